@@ -1,0 +1,165 @@
+"""How many tokens and whole requests fit per GPU and per deployment (MODEL.md, "Capacity").
+
+    kv_budget_bytes_per_gpu = floor(gpu_memory_utilization * memory) - weights_bytes_per_gpu - reserve
+                              (vLLM's meaning), or given directly (`kv_budget_bytes`)
+    blocks_per_gpu          = floor(budget / (N * kv_bytes_per_token_per_gpu))
+    max_tokens_per_gpu      = blocks_per_gpu * N
+    replicas                = num_gpus / tp, or num_gpus with attention data parallelism
+    max_tokens_total        = replicas * max_tokens_per_gpu
+    max_concurrent_requests = replicas * floor(budget / request_bytes_per_gpu)
+    request_bytes_per_gpu   = per-layer bytes * sum over layers of ceil(min(T, window) / N) * N
+
+Tensor parallelism splits MHA/GQA KV heads (max(1, n_kv // tp) per GPU); the MLA latent has no
+head axis, so every rank stores all of it and `kv_bytes_per_token_per_gpu` does not fall with
+TP. With attention data parallelism each GPU holds whole, distinct sequences with all their
+heads, attention weights are whole on every GPU and the rest (experts) is split over all GPUs.
+Block size N defaults to 64 for MLA models (FlashMLA's page) and 16 otherwise (vLLM).
+"""
+from __future__ import annotations
+
+from .errors import MLAError
+from .hardware import GPU
+from .kv import kv_bytes_per_token_layer, resolve_kv_dtype, sequence_tokens_all_layers
+from .params import attention_side_params, params_total
+from .spec import ModelSpec
+from .units import WEIGHT_DTYPES, floor_decimal_times, weight_bytes
+from .validate import (MAX_BLOCK, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int,
+                       check_real)
+
+
+def default_block_size(model: ModelSpec) -> int:
+    """64 for MLA models (FlashMLA's page size), 16 otherwise (vLLM's default)."""
+    return 64 if model.is_mla else 16
+
+
+def weights_bytes_per_gpu(model: ModelSpec, weights_dtype: str, *, tp: int = 1, num_gpus: int | None = None,
+                          dp_attention: bool = False) -> int:
+    """Weight bytes one GPU holds (int, rounded up).
+
+    TP: all weights / tp. Attention DP: attention (and indexer) weights whole on every GPU,
+    everything else / num_gpus (expert parallelism)."""
+    total = params_total(model)
+    if dp_attention:
+        attn = attention_side_params(model)
+        n = num_gpus or tp
+        return weight_bytes(attn, weights_dtype) + -(-weight_bytes(total - attn, weights_dtype) // n)
+    return -(-weight_bytes(total, weights_dtype) // tp)
+
+
+def capacity(
+    model: ModelSpec,
+    *,
+    context: int,
+    gpu: GPU | None = None,
+    num_gpus: int | None = None,
+    tp: int = 1,
+    dp_attention: bool = False,
+    weights_dtype: str | None = None,
+    kv_dtype: str = "auto",
+    cache_layout: str = "latent",
+    gpu_memory_utilization: float = 0.9,
+    kv_budget_bytes: int | None = None,
+    block_size: int | None = None,
+    reserve_bytes: int = 0,
+) -> dict:
+    """Concurrency of `model` on `num_gpus` GPUs (see the module docstring for the formulas).
+
+    Give either `gpu` (its memory sets the budget with `gpu_memory_utilization`, weights and
+    `reserve_bytes`) or `kv_budget_bytes` (the KV budget per GPU, used as is).
+    Returns a JSON-able dict; bytes and counts are ints: `kv_budget_bytes_per_gpu`,
+    `kv_bytes_per_token_per_gpu`, `blocks_per_gpu`, `max_tokens_per_gpu`, `max_tokens_total`,
+    `max_concurrent_requests`, `request_bytes_per_gpu`, `weights_bytes_per_gpu`, `replicas`,
+    `weights_fit` (False when weights exceed the usable memory: budget and counts are 0), and
+    the engine-style fractional `max_concurrency` (blocks * N / T).
+    Raises MLAError on bad inputs (tp not dividing num_gpus, gmu outside (0, 1], ...).
+    """
+    check_int("context", context, maximum=MAX_CONTEXT)
+    check_int("tp", tp, maximum=MAX_TP)
+    num_gpus = tp if num_gpus is None else num_gpus
+    check_int("num_gpus", num_gpus, maximum=MAX_GPUS)
+    if num_gpus % tp:
+        raise MLAError(f"tp ({tp}) must divide num_gpus ({num_gpus})")
+    check_real("gpu_memory_utilization", gpu_memory_utilization, minimum=0, exclusive_minimum=True, maximum=1)
+    check_int("reserve_bytes", reserve_bytes, minimum=0, maximum=1 << 62)
+    n = default_block_size(model) if block_size is None else check_int("block_size", block_size, maximum=MAX_BLOCK)
+    wdtype = weights_dtype or model.default_weights_dtype
+    check_choice("weights_dtype", wdtype, tuple(WEIGHT_DTYPES))
+    dtype = resolve_kv_dtype(model, kv_dtype, cache_layout)
+
+    weights = weights_bytes_per_gpu(model, wdtype, tp=tp, num_gpus=num_gpus, dp_attention=dp_attention)
+    if kv_budget_bytes is not None:
+        check_int("kv_budget_bytes", kv_budget_bytes, minimum=0, maximum=1 << 80)
+        memory = gpu.memory_bytes if gpu is not None else None
+        usable = None
+        budget = kv_budget_bytes
+        fits = True
+    else:
+        if gpu is None:
+            raise MLAError("give a GPU (or its memory) or a KV budget")
+        memory = gpu.memory_bytes
+        usable = floor_decimal_times(gpu_memory_utilization, memory)
+        budget = usable - weights - reserve_bytes
+        fits = budget > 0
+        budget = max(0, budget)
+
+    per_layer = kv_bytes_per_token_layer(model, dtype, cache_layout, tp=tp, dp_attention=dp_attention)
+    per_token = per_layer * model.num_hidden_layers
+    blocks = budget // (n * per_token)
+    replicas = num_gpus if dp_attention else num_gpus // tp
+    request_bytes = per_layer * sequence_tokens_all_layers(model, context, n)
+    requests_per_gpu = budget // request_bytes
+    return {
+        "model": model.name,
+        "attention": model.kind,
+        "gpu": gpu.id if gpu is not None else None,
+        "num_gpus": num_gpus,
+        "tp": tp,
+        "dp_attention": dp_attention,
+        "replicas": replicas,
+        "context": context,
+        "block_size": n,
+        "kv_dtype": dtype,
+        "cache_layout": cache_layout if model.is_mla else "kv_heads",
+        "weights_dtype": wdtype,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "memory_bytes_per_gpu": memory,
+        "usable_bytes_per_gpu": usable,
+        "reserve_bytes": reserve_bytes,
+        "params_total": params_total(model),
+        "weights_bytes_per_gpu": weights,
+        "weights_fit": fits,
+        "kv_budget_bytes_per_gpu": budget,
+        "kv_bytes_per_token_per_gpu": per_token,
+        "blocks_per_gpu": blocks,
+        "max_tokens_per_gpu": blocks * n,
+        "max_tokens_total": replicas * blocks * n,
+        "request_bytes_per_gpu": request_bytes,
+        "max_concurrent_requests": replicas * requests_per_gpu,
+        "kv_used_bytes_per_gpu": requests_per_gpu * request_bytes,
+        "max_concurrency": replicas * blocks * n / context,
+    }
+
+
+def allocator_waste(model: ModelSpec, **kwargs) -> dict:
+    """What an allocator that sizes an MLA model's cache with the MHA formula (the expanded
+    per-head K and V, as engines without MLA support do) would reserve, against the latent.
+
+    Takes the arguments of `capacity` (its `cache_layout` is overridden). Returns
+    `latent` and `expanded` capacity dicts and `waste_factor` = expanded / latent bytes per
+    token per GPU. Raises MLAError for a model without MLA.
+    """
+    if not model.is_mla:
+        raise MLAError(f"{model.name} has no MLA latent: its allocator already uses the MHA formula")
+    kwargs = dict(kwargs)
+    kwargs.pop("cache_layout", None)
+    if kwargs.get("kv_dtype") == "fp8_ds_mla":
+        expanded_kwargs = dict(kwargs, kv_dtype="fp8")
+    else:
+        expanded_kwargs = kwargs
+    latent = capacity(model, cache_layout="latent", **kwargs)
+    expanded = capacity(model, cache_layout="expanded", **expanded_kwargs)
+    return {
+        "latent": latent,
+        "expanded": expanded,
+        "waste_factor": expanded["kv_bytes_per_token_per_gpu"] / latent["kv_bytes_per_token_per_gpu"],
+    }

@@ -1,0 +1,370 @@
+"""The command line: `python -m mla_core {kv,capacity,roofline,bench,presets} ... [--json]`.
+
+Bad input exits with status 2 and one line on stderr, never a traceback. `--json` prints one
+JSON object; without it, a table with units. The analytic commands import no numpy, torch,
+streamlit, plotly or pandas: they answer about as fast as Python starts.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import MLAError
+
+PROG = "mla_core"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2."""
+
+    def error(self, message):  # noqa: D102 - argparse hook
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Help text sized to the terminal without importing shutil (argparse's default does)."""
+
+    def __init__(self, prog):
+        import os
+
+        try:
+            width = os.get_terminal_size().columns - 2
+        except OSError:
+            width = 98
+        super().__init__(prog, width=max(40, min(width, 120)))
+
+
+COMMANDS = ("kv", "capacity", "roofline", "bench", "presets")
+
+
+def _int_arg(name: str, minimum: int = 1):
+    def parse(text: str) -> int:
+        t = text.strip().replace(",", "").replace("_", "")
+        if not t or len(t) > 40 or not (t.isdigit() or (t[0] in "+-" and t[1:].isdigit())):
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}")
+        v = int(t)
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, got {v}")
+        return v
+
+    parse.__name__ = name
+    return parse
+
+
+def _real_arg(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {_short(text)}") from None
+        if v != v or v in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {_short(text)}")
+        return v
+
+    parse.__name__ = name
+    return parse
+
+
+def _short(text) -> str:
+    text = str(text)
+    return repr(text if len(text) <= 30 else text[:27] + "...")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model (one of --model, --config, --attention)")
+    g.add_argument("--model", metavar="PRESET", help="preset id, e.g. deepseek-v3 (see `presets`)")
+    g.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or a folder holding one")
+    g.add_argument("--attention", choices=("mha", "gqa", "mqa", "mla"), help="a hand-set architecture")
+    g.add_argument("--layers", type=_int_arg("--layers"), help="num_hidden_layers")
+    g.add_argument("--heads", type=_int_arg("--heads"), help="num_attention_heads")
+    g.add_argument("--kv-heads", type=_int_arg("--kv-heads"), help="num_key_value_heads (GQA)")
+    g.add_argument("--head-dim", type=_int_arg("--head-dim"), help="head_dim (default 128)")
+    g.add_argument("--kv-lora-rank", type=_int_arg("--kv-lora-rank"), help="MLA d_c (default 4 * head_dim)")
+    g.add_argument("--rope-dim", type=_int_arg("--rope-dim"), help="MLA qk_rope_head_dim (default head_dim / 2)")
+    g.add_argument("--nope-dim", type=_int_arg("--nope-dim"), help="MLA qk_nope_head_dim (default head_dim)")
+    g.add_argument("--v-dim", type=_int_arg("--v-dim"), help="MLA v_head_dim (default nope dim)")
+    g.add_argument("--hidden-size", type=_int_arg("--hidden-size"), help="default heads * head_dim")
+    g.add_argument("--intermediate-size", type=_int_arg("--intermediate-size"), help="MLP width (counted only if given)")
+    g.add_argument("--vocab-size", type=_int_arg("--vocab-size"), help="embeddings (counted only if given)")
+    c = p.add_argument_group("cache")
+    c.add_argument("--context", type=_int_arg("--context"), required=True, help="tokens per sequence, T")
+    c.add_argument("--batch", type=_int_arg("--batch"), default=1, help="sequences, B (default 1)")
+    from .units import KV_DTYPES
+
+    c.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES, metavar="DTYPE",
+                   help=f"kv_cache_dtype: {', '.join(KV_DTYPES)} (default auto = the model's torch_dtype)")
+    c.add_argument("--cache-layout", choices=("latent", "expanded"), default="latent",
+                   help="MLA cache: the latent (default) or the expanded per-head K and V")
+    c.add_argument("--block-size", type=_int_arg("--block-size"), help="round tokens up to whole blocks")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+_SYNTHETIC = ("layers", "heads", "kv_heads", "head_dim", "kv_lora_rank", "rope_dim", "nope_dim", "v_dim",
+              "hidden_size", "intermediate_size", "vocab_size")
+
+
+def _model(args):
+    sources = [s for s in ("model", "config", "attention") if getattr(args, s) is not None]
+    if len(sources) != 1:
+        raise MLAError("give exactly one of --model PRESET, --config PATH or --attention KIND")
+    synthetic = {k: getattr(args, k) for k in _SYNTHETIC if getattr(args, k) is not None}
+    if args.attention is None:
+        if synthetic:
+            flag = "--" + next(iter(synthetic)).replace("_", "-")
+            raise MLAError(f"{flag} sets a hand-made architecture: use it with --attention, not --{sources[0]}")
+        if args.model is not None:
+            from .presets import load_model
+
+            return load_model(args.model)
+        from .config import load_config
+
+        return load_config(args.config)
+    for required in ("layers", "heads"):
+        if required not in synthetic:
+            raise MLAError(f"--attention needs --{required}")
+    from .spec import synthetic_model
+
+    return synthetic_model(args.attention, **synthetic)
+
+
+def _gpu(args, required: bool):
+    from .hardware import custom_gpu
+    from .presets import load_gpu
+
+    base = load_gpu(args.gpu) if args.gpu else None
+    mem = getattr(args, "gpu_memory_gib", None)
+    bw = getattr(args, "bandwidth_tbps", None)
+    peak = getattr(args, "peak_tflops", None)
+    if mem is not None or bw is not None or peak is not None:
+        if base is None and mem is None and required:
+            mem = 1.0  # roofline needs no memory size
+        if mem is None:
+            mem = base.memory_GB
+        return custom_gpu(mem, bw, peak, peak if peak is not None else None, base=base) if base is None or peak is not None or bw is not None or mem != base.memory_GB else base
+    if base is None and required:
+        raise MLAError("give --gpu ID (see `presets`), or --bandwidth-tbps and --peak-tflops")
+    return base
+
+
+def cmd_kv(args) -> dict:
+    from .kv import kv_report
+
+    model = _model(args)
+    out = kv_report(model, args.context, args.batch, args.kv_dtype, args.cache_layout, args.block_size)
+    return out
+
+
+def cmd_capacity(args) -> dict:
+    from .capacity import capacity
+    from .units import gib_to_bytes
+    from .validate import check_real
+
+    model = _model(args)
+    gpu = _gpu(args, required=False)
+    budget = None
+    if args.kv_budget_gib is not None:
+        check_real("--kv-budget-gib", args.kv_budget_gib, minimum=0, maximum=1e9)
+        budget = gib_to_bytes(args.kv_budget_gib)
+    elif gpu is None:
+        raise MLAError("give --gpu ID or --gpu-memory-gib X (the memory of one GPU), or --kv-budget-gib")
+    reserve = 0
+    if args.reserve_gib is not None:
+        check_real("--reserve-gib", args.reserve_gib, minimum=0, maximum=1e9)
+        reserve = gib_to_bytes(args.reserve_gib)
+    kwargs = dict(
+        context=args.context, gpu=gpu, num_gpus=args.num_gpus, tp=args.tp, dp_attention=args.dp_attention,
+        weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_budget_bytes=budget, block_size=args.block_size, reserve_bytes=reserve,
+    )
+    out = capacity(model, cache_layout=args.cache_layout, **kwargs)
+    if model.is_mla and args.cache_layout == "latent":
+        from .capacity import allocator_waste
+
+        waste = allocator_waste(model, **kwargs)
+        out["mha_formula_kv_bytes_per_token_per_gpu"] = waste["expanded"]["kv_bytes_per_token_per_gpu"]
+        out["mha_formula_max_concurrent_requests"] = waste["expanded"]["max_concurrent_requests"]
+        out["mha_formula_waste_factor"] = waste["waste_factor"]
+    return out
+
+
+def cmd_roofline(args) -> dict:
+    from .roofline import roofline
+
+    model = _model(args)
+    gpu = _gpu(args, required=True)
+    return roofline(model, gpu, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype,
+                    weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp)
+
+
+def cmd_presets(args) -> dict:
+    from .presets import gpu_entries, model_entries
+
+    return {
+        "models": [{"id": k, "hf_repo": v.get("hf_repo")} for k, v in model_entries().items()],
+        "gpus": [{"id": k, "name": v["name"]} for k, v in gpu_entries().items()],
+    }
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser; with `only`, just that subcommand's arguments are added (the rest
+    stay empty), which keeps the answer fast."""
+    from .units import WEIGHT_DTYPES
+
+    parser = _Parser(prog=PROG, formatter_class=_Formatter,
+                     description="KV cache, capacity and decode roofline of MLA against MHA, GQA and MQA "
+                                 "(definitions: shared/design/MODEL.md).")
+    sub = parser.add_subparsers(dest="command", metavar="{kv,capacity,roofline,bench,presets}")
+    sub.required = True
+
+    def add(name, help_text, func, **kw):
+        p = sub.add_parser(name, help=help_text, formatter_class=_Formatter, **kw)
+        p.set_defaults(func=func)
+        return p if only in (None, name) else None
+
+    p = add("kv", "KV-cache bytes per token and in total", cmd_kv)
+    if p:
+        _add_model_args(p)
+
+    p = add("capacity", "tokens and whole requests that fit per GPU and in the deployment", cmd_capacity)
+    if p:
+        _add_model_args(p)
+        p.add_argument("--gpu", metavar="ID", help="GPU preset (see `presets`)")
+        p.add_argument("--gpu-memory-gib", type=_real_arg("--gpu-memory-gib"),
+                       help="memory of one GPU in GiB (overrides the preset)")
+        p.add_argument("--num-gpus", type=_int_arg("--num-gpus"), help="GPUs in the deployment (default: tp)")
+        p.add_argument("--tp", type=_int_arg("--tp"), default=1, help="tensor-parallel size (default 1)")
+        p.add_argument("--dp-attention", action="store_true",
+                       help="attention data parallelism: each GPU holds whole sequences")
+        p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
+                       help="default: fp8 for fp8 checkpoints, else torch_dtype")
+        p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
+                       help="share of GPU memory the engine may use (vLLM's meaning; default 0.9)")
+        p.add_argument("--kv-budget-gib", type=_real_arg("--kv-budget-gib"), help="KV budget per GPU in GiB, used as is")
+        p.add_argument("--reserve-gib", type=_real_arg("--reserve-gib"),
+                       help="memory kept back per GPU (activations, graphs), GiB (default 0)")
+
+    p = add("roofline", "decode-step roofline: bytes, flops, time lower bound, tokens/s upper bound", cmd_roofline)
+    if p:
+        _add_model_args(p)
+        p.add_argument("--gpu", metavar="ID", help="GPU preset (see `presets`)")
+        p.add_argument("--bandwidth-tbps", type=_real_arg("--bandwidth-tbps"),
+                       help="memory bandwidth in TB/s (overrides the preset)")
+        p.add_argument("--peak-tflops", type=_real_arg("--peak-tflops"),
+                       help="dense tensor peak in TFLOP/s (overrides the preset)")
+        p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
+                       help="default: fp8 for fp8 checkpoints, else torch_dtype")
+        p.add_argument("--mla-path", choices=("absorbed", "recompute", "expanded"), default="absorbed",
+                       help="MLA decode: absorbed (default), recompute, or expanded")
+        p.add_argument("--tp", type=_int_arg("--tp"), default=1, help="one GPU's share of a TP group (default 1)")
+
+    add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
+                 "`bench --help`)", None, add_help=False)
+
+    p = add("presets", "list model and GPU presets", cmd_presets)
+    if p:
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":
+        # The microbenchmark has its own parser and imports torch; keep it out of the fast path.
+        try:
+            from .bench.cli import main as bench_main
+        except ImportError as e:
+            print(f"{PROG} bench: error: the benchmark needs torch ({e})", file=sys.stderr)
+            return 2
+        return bench_main(argv[1:])
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    try:
+        args = parser.parse_args(argv)
+        result = args.func(args)
+    except _UsageError as e:
+        print(_one_line(str(e)), file=sys.stderr)
+        return 2
+    except MLAError as e:
+        print(_one_line(f"{PROG} {argv[0] if argv else ''}: error: {e}"), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    try:
+        if getattr(args, "json", False):
+            import json
+
+            print(json.dumps(result, indent=2))
+        else:
+            print(render_table(args.command, result))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
+
+
+def render_table(command: str, result: dict) -> str:
+    """A readable two-column table with units for the non-JSON output."""
+    from .units import format_bytes, format_count, format_rate, format_seconds, format_tokens
+
+    def b(v):
+        return "n/a" if v is None else f"{v:,} B ({format_bytes(v)})"
+
+    rows: list[tuple[str, str]] = []
+    r = result
+    if command == "presets":
+        lines = ["models: " + ", ".join(m["id"] for m in r["models"]), "gpus:   " + ", ".join(g["id"] for g in r["gpus"])]
+        return "\n".join(lines)
+    rows.append(("model", f"{r['model']} ({r['attention'].upper()})"))
+    if command == "kv":
+        rows += [
+            ("KV dtype / layout", f"{r['kv_dtype']} / {r['cache_layout']}"),
+            ("context x batch", f"{format_tokens(r['context'])} x {r['batch']}"),
+            ("KV bytes per token per layer", b(r["kv_bytes_per_token_per_layer"])),
+            ("KV bytes per token (all layers)", b(r["kv_bytes_per_token"])),
+            ("KV cache per sequence", b(r["kv_cache_bytes_per_sequence"])),
+            ("KV cache, whole batch", b(r["kv_cache_bytes"])),
+        ]
+        if r["sliding_window_layers"]:
+            rows.append(("sliding-window layers", f"{r['sliding_window_layers']} of {r['num_hidden_layers']}"))
+        if r["indexer_bytes_per_token"]:
+            rows.append(("of which indexer per token", b(r["indexer_bytes_per_token"])))
+    elif command == "capacity":
+        rows += [
+            ("GPUs / TP / DP-attention", f"{r['num_gpus']} / {r['tp']} / {'yes' if r['dp_attention'] else 'no'}"),
+            ("KV dtype / weights dtype", f"{r['kv_dtype']} / {r['weights_dtype']}"),
+            ("memory per GPU", b(r["memory_bytes_per_gpu"])),
+            ("weights per GPU", b(r["weights_bytes_per_gpu"]) + ("" if r["weights_fit"] else "  (DO NOT FIT)")),
+            ("KV budget per GPU", b(r["kv_budget_bytes_per_gpu"])),
+            ("KV bytes per token per GPU", b(r["kv_bytes_per_token_per_gpu"])),
+            ("block size", f"{r['block_size']} tokens"),
+            ("max tokens per GPU", f"{r['max_tokens_per_gpu']:,} ({format_tokens(r['max_tokens_per_gpu'])})"),
+            ("max tokens, deployment", f"{r['max_tokens_total']:,} ({format_tokens(r['max_tokens_total'])})"),
+            (f"whole {format_tokens(r['context'])} requests at once", f"{r['max_concurrent_requests']:,}"),
+        ]
+        if "mha_formula_waste_factor" in r:
+            rows.append(("MHA-formula allocator would fit",
+                         f"{r['mha_formula_max_concurrent_requests']:,} requests "
+                         f"({r['mha_formula_waste_factor']:.1f}x the bytes per token)"))
+    elif command == "roofline":
+        rows += [
+            ("GPU", f"{r['gpu']}: {format_rate(r['bandwidth_Bps'], 'B/s')}, {format_rate(r['peak_flops'], 'FLOP/s')} "
+                    f"({r['weights_dtype']})"),
+            ("batch x context", f"{r['batch']} x {format_tokens(r['context'])}" + (f", TP{r['tp']} share" if r["tp"] > 1 else "")),
+            ("parameters (total / active per token)", f"{format_count(r['params_total'])} / {format_count(r['params_active_per_token'])}"),
+            ("weights read per step", b(r["weights_bytes_per_step"])),
+            ("attention bytes (KV read)", b(r["attention_bytes"])),
+            ("attention flops", f"{r['attention_flops']:,}"),
+            ("attention intensity", f"{r['attention_intensity_flop_per_byte']:.1f} flop/B "
+                                    f"(ridge {r['ridge_flop_per_byte']:.0f} flop/B)"),
+            ("step time (lower bound)", f"{format_seconds(r['step_time_s'])}, {r['bound']} bound"),
+            ("tokens/s (upper bound)", f"{r['tokens_per_s']:,.1f}"),
+        ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

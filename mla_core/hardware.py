@@ -1,0 +1,78 @@
+"""GPUs: datasheet figures per preset, and hand-typed devices.
+
+Memory of a preset is its vendor figure times 2**30 (MODEL.md: vendor "GB" on these parts is
+close to the GiB a driver reports; the user can type the exact figure). Bandwidth and flops
+are decimal (TB/s = 1e12 B/s, TFLOP/s = 1e12 flop/s), dense (no 2:4 sparsity).
+Sources per row: data/gpus.json (from shared/reference/gpus.json).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import MLAError
+from .units import gib_to_bytes
+from .validate import check_real
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator. `memory_GB` is the vendor figure, read as GiB (see module docstring)."""
+
+    id: str
+    name: str
+    memory_GB: float  # vendor memory figure; bytes = floor(memory_GB * 2**30)
+    bandwidth_TBps: float | None  # HBM (or GDDR / unified) bandwidth, 1e12 B/s
+    bf16_TFLOPS: float | None  # dense bf16 tensor peak, 1e12 flop/s
+    fp8_TFLOPS: float | None = None  # dense fp8 tensor peak (None: no fp8 units)
+    vendor: str = ""
+    source: str = ""
+    confidence: str = ""
+    notes: str = ""
+
+    @property
+    def memory_bytes(self) -> int:
+        return gib_to_bytes(self.memory_GB)
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        if self.bandwidth_TBps is None:
+            raise MLAError(f"GPU {self.id} has no memory bandwidth figure; type one")
+        return self.bandwidth_TBps * 1e12
+
+    def peak_flops(self, weights_dtype: str) -> float:
+        """Dense peak in flop/s at the weights' dtype (MODEL.md): fp8 and fp4 weights use the
+        fp8 peak, or bf16 where the part has none; bf16, fp16 and fp32 weights use the bf16 peak.
+        Raises MLAError when the vendor publishes no tensor peak (Apple parts)."""
+        if weights_dtype in ("fp8", "fp4") and self.fp8_TFLOPS:
+            tflops = self.fp8_TFLOPS
+        else:
+            tflops = self.bf16_TFLOPS
+        if not tflops:
+            raise MLAError(f"GPU {self.id} has no published tensor peak; type one (--peak-tflops)")
+        return tflops * 1e12
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        """bf16 peak / bandwidth: the intensity above which a kernel is compute bound."""
+        return self.peak_flops("bf16") / self.bandwidth_Bps
+
+
+def custom_gpu(memory_gib: float, bandwidth_TBps: float | None = None, bf16_TFLOPS: float | None = None,
+               fp8_TFLOPS: float | None = None, base: GPU | None = None) -> GPU:
+    """A GPU with typed figures; figures not given come from `base` (a preset) when there is one.
+    Raises MLAError on a non-positive or non-finite figure."""
+    check_real("GPU memory (GiB)", memory_gib, minimum=0, exclusive_minimum=True, maximum=1e7)
+    for label, v in (("bandwidth (TB/s)", bandwidth_TBps), ("bf16 peak (TFLOP/s)", bf16_TFLOPS),
+                     ("fp8 peak (TFLOP/s)", fp8_TFLOPS)):
+        if v is not None:
+            check_real(label, v, minimum=0, exclusive_minimum=True, maximum=1e7)
+    return GPU(
+        id="custom" if base is None else f"{base.id}-custom",
+        name=f"{memory_gib:g} GiB device" if base is None else f"{base.name} ({memory_gib:g} GiB)",
+        memory_GB=memory_gib,
+        bandwidth_TBps=bandwidth_TBps if bandwidth_TBps is not None else (base.bandwidth_TBps if base else None),
+        bf16_TFLOPS=bf16_TFLOPS if bf16_TFLOPS is not None else (base.bf16_TFLOPS if base else None),
+        fp8_TFLOPS=fp8_TFLOPS if fp8_TFLOPS is not None else (base.fp8_TFLOPS if base else None),
+        vendor=base.vendor if base else "",
+        source="typed by the user",
+    )

@@ -1,0 +1,80 @@
+"""Model and GPU presets from `data/` (read once per process).
+
+`data/models.json`: each entry's `config` holds Hugging Face config.json fields and is parsed
+by `mla_core.config.parse_config`, exactly like an uploaded file; `published` holds the
+authors' figures (total and active parameters); `source` says where each came from.
+`data/gpus.json`: the GPU table of MODEL.md with a source and confidence per row.
+Set MLA_EXPLORER_DATA to read presets from another folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .config import parse_config
+from .errors import MLAError
+from .spec import ModelSpec
+
+DATA_DIR = os.environ.get(
+    "MLA_EXPLORER_DATA", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+)
+
+_cache: dict[str, dict] = {}
+
+
+def _load(name: str) -> dict:
+    if name not in _cache:
+        path = os.path.join(DATA_DIR, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                _cache[name] = json.load(f)
+        except OSError as e:
+            raise MLAError(f"cannot read presets {path}: {e.strerror or e}") from None
+    return _cache[name]
+
+
+def model_entries() -> dict[str, dict]:
+    """{preset id: entry} in file order; an entry has id, hf_repo, source, published, config."""
+    return {m["id"]: m for m in _load("models.json")["models"]}
+
+
+def model_ids() -> list[str]:
+    return list(model_entries())
+
+
+def load_model(preset_id: str) -> ModelSpec:
+    """The ModelSpec of a preset id (e.g. 'deepseek-v3'). Raises MLAError for an unknown id."""
+    entries = model_entries()
+    key = preset_id.lower() if isinstance(preset_id, str) else preset_id
+    if key not in entries:
+        raise MLAError(f"unknown model preset {_short(preset_id)}; known: {', '.join(entries)}")
+    return parse_config(entries[key]["config"], name=key)
+
+
+def gpu_entries() -> dict[str, dict]:
+    return {g["id"]: g for g in _load("gpus.json")["gpus"]}
+
+
+def gpu_ids() -> list[str]:
+    return list(gpu_entries())
+
+
+def load_gpu(gpu_id: str):
+    """The `hardware.GPU` preset `gpu_id` (e.g. 'h200'). Raises MLAError for an unknown id."""
+    from .hardware import GPU
+
+    entries = gpu_entries()
+    key = gpu_id.lower() if isinstance(gpu_id, str) else gpu_id
+    if key not in entries:
+        raise MLAError(f"unknown GPU {_short(gpu_id)}; known: {', '.join(entries)}")
+    g = entries[key]
+    return GPU(
+        id=g["id"], name=g["name"], memory_GB=g["memory_GB"], bandwidth_TBps=g["bandwidth_TBps"],
+        bf16_TFLOPS=g["bf16_TFLOPS"], fp8_TFLOPS=g["fp8_TFLOPS"], vendor=g.get("vendor", ""),
+        source=g.get("source", ""), confidence=g.get("confidence", ""), notes=g.get("notes", ""),
+    )
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."

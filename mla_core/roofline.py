@@ -1,0 +1,156 @@
+"""Decode-step roofline: one new token for each of B sequences at context T (MODEL.md).
+
+Attention, per layer, per sequence, per cached token (2 flops per multiply-add), h heads on
+the GPU:
+    MHA / GQA / MQA   h * (2 d_h + 2 d_h)                    QK^T and PV
+    MLA absorbed      h * (2 (d_c + d_r) + 2 d_c)            scores on the 576-wide latent+RoPE
+                                                             key, output on the 512-wide latent
+                                                             (FlashMLA's benchmark convention)
+    MLA expanded      h * (2 (d_nope + d_r) + 2 d_v)         reads the expanded per-head cache
+    MLA recompute     expanded + 2 d_c h (d_nope + d_v)      latent cached; K and V rebuilt
+                                                             from it for every cached token
+Attention bytes are the cache the step reads (`kv.kv_cache_bytes`, min(T, window) tokens per
+layer, no block padding): the latent for absorbed and recompute, the expanded cache for
+expanded. Intensity = flops / bytes: 1.0 for MHA at 16-bit, n_h / n_kv for GQA, 241.8 for
+DeepSeek-V3 absorbed MLA at bf16.
+
+Whole step: weights streamed (every parameter but the input embedding table; MoE routed
+experts touched under uniform routing, E (1 - (1 - k/E)^B) per MoE layer) plus attention bytes;
+flops 2 * active_params_per_token * B + attention flops;
+    step_time_s = max(step_bytes / bandwidth, step_flops / peak_flops)
+with the peak at the weights' dtype. `tokens_per_s = B / step_time_s`. These are upper bounds
+on speed (lower bounds on time), never calibrated to an engine.
+
+With `tp` > 1 the figures are one GPU's share: weights / tp, query heads / tp, max(1, n_kv // tp)
+KV heads, the MLA latent whole.
+"""
+from __future__ import annotations
+
+from .errors import MLAError
+from .hardware import GPU
+from .kv import heads_per_gpu, kv_cache_bytes, sequence_tokens_all_layers
+from .params import active_params_per_token, experts_touched, params_streamed_per_step, params_total
+from .spec import ModelSpec
+from .units import WEIGHT_DTYPES, weight_bytes
+from .validate import MAX_BATCH, MAX_CONTEXT, MAX_TP, check_choice, check_int
+
+MLA_PATHS = ("absorbed", "recompute", "expanded")
+
+
+def attention_flops_per_token_layer(model: ModelSpec, mla_path: str = "absorbed", heads: int | None = None) -> int:
+    """Flops one sequence's new token spends per cached token per layer on `heads` query heads
+    (default: all). See the module docstring for the formulas. Returns an int."""
+    check_choice("mla_path", mla_path, MLA_PATHS)
+    a = model.attention
+    h = a.num_attention_heads if heads is None else heads
+    if not a.is_mla:
+        return h * (2 * a.head_dim + 2 * a.head_dim)
+    if mla_path == "absorbed":
+        return h * (2 * (a.kv_lora_rank + a.qk_rope_head_dim) + 2 * a.kv_lora_rank)
+    expanded = h * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + 2 * a.v_head_dim)
+    if mla_path == "expanded":
+        return expanded
+    return expanded + 2 * a.kv_lora_rank * h * (a.qk_nope_head_dim + a.v_head_dim)
+
+
+def decode_attention(
+    model: ModelSpec,
+    context: int,
+    batch: int = 1,
+    kv_dtype: str = "auto",
+    mla_path: str = "absorbed",
+    *,
+    tp: int = 1,
+    dp_attention: bool = False,
+) -> dict:
+    """Attention of one decode step on one GPU: `attention_flops` (int), `attention_bytes`
+    (int, the cache read) and `attention_intensity_flop_per_byte` (float).
+
+    `dp_attention` keeps all heads on the GPU (each GPU runs whole sequences); otherwise query
+    heads split over `tp` and the MLA latent is read whole by every rank.
+    Raises MLAError on bad inputs."""
+    check_int("context", context, maximum=MAX_CONTEXT)
+    check_int("batch", batch, maximum=MAX_BATCH)
+    check_int("tp", tp, maximum=MAX_TP)
+    check_choice("mla_path", mla_path, MLA_PATHS)
+    layout = "expanded" if (model.is_mla and mla_path == "expanded") else "latent"
+    heads = heads_per_gpu(model.attention.num_attention_heads, tp, dp_attention)
+    flops = batch * attention_flops_per_token_layer(model, mla_path, heads) * sequence_tokens_all_layers(model, context)
+    nbytes = kv_cache_bytes(model, context, batch, kv_dtype, layout, tp=tp, dp_attention=dp_attention)
+    return {
+        "attention_flops": flops,
+        "attention_bytes": nbytes,
+        "attention_intensity_flop_per_byte": flops / nbytes,
+    }
+
+
+def roofline(
+    model: ModelSpec,
+    gpu: GPU,
+    *,
+    context: int,
+    batch: int = 1,
+    kv_dtype: str = "auto",
+    weights_dtype: str | None = None,
+    mla_path: str = "absorbed",
+    tp: int = 1,
+) -> dict:
+    """The decode step's roofline on one GPU of `gpu` (see the module docstring).
+
+    Returns a JSON-able dict: `params_total`, `params_active_per_token`, `weights_dtype`,
+    `weights_bytes_per_step` (int), `attention_flops`, `attention_bytes`,
+    `attention_intensity_flop_per_byte`, `step_bytes`, `step_flops`, `memory_time_s`,
+    `compute_time_s`, `step_time_s` (lower bound), `tokens_per_s` (upper bound), `bound`
+    ('memory' or 'compute'), `bandwidth_Bps`, `peak_flops`, `ridge_flop_per_byte`,
+    `attention_time_s` (attention alone at the roofline), `experts_touched_per_moe_layer`.
+    Raises MLAError on bad inputs or a GPU without published figures.
+    """
+    wdtype = weights_dtype or model.default_weights_dtype
+    check_choice("weights_dtype", wdtype, tuple(WEIGHT_DTYPES))
+    att = decode_attention(model, context, batch, kv_dtype, mla_path, tp=tp)
+    bandwidth = gpu.bandwidth_Bps
+    peak = gpu.peak_flops(wdtype)
+    streamed = params_streamed_per_step(model, batch)
+    weights_step = -(-weight_bytes(streamed, wdtype) // tp)
+    active = active_params_per_token(model)
+    step_bytes = weights_step + att["attention_bytes"]
+    step_flops = 2 * active * batch / tp + att["attention_flops"]
+    t_mem = step_bytes / bandwidth
+    t_compute = step_flops / peak
+    step_time = max(t_mem, t_compute)
+    attention_peak = gpu.peak_flops("bf16")  # attention runs at the KV/activation precision
+    return {
+        "model": model.name,
+        "gpu": gpu.id,
+        "attention": model.kind,
+        "mla_path": mla_path if model.is_mla else None,
+        "context": context,
+        "batch": batch,
+        "tp": tp,
+        "params_total": params_total(model),
+        "params_active_per_token": active,
+        "weights_dtype": wdtype,
+        "weights_bytes_per_step": weights_step,
+        "experts_touched_per_moe_layer": experts_touched(model, batch),
+        **att,
+        "step_bytes": step_bytes,
+        "step_flops": step_flops,
+        "step_intensity_flop_per_byte": step_flops / step_bytes,
+        "bandwidth_Bps": bandwidth,
+        "peak_flops": peak,
+        "ridge_flop_per_byte": peak / bandwidth,
+        "memory_time_s": t_mem,
+        "compute_time_s": t_compute,
+        "step_time_s": step_time,
+        "tokens_per_s": batch / step_time,
+        "bound": "memory" if t_mem >= t_compute else "compute",
+        "attention_time_s": max(att["attention_bytes"] / bandwidth, att["attention_flops"] / attention_peak),
+        "attention_bound": "memory" if att["attention_bytes"] / bandwidth >= att["attention_flops"] / attention_peak else "compute",
+    }
+
+
+def attainable_flops(intensity: float, gpu: GPU, dtype: str = "bf16") -> float:
+    """The roofline: min(peak, bandwidth * intensity) in flop/s."""
+    if intensity < 0:
+        raise MLAError("intensity must be non-negative")
+    return min(gpu.peak_flops(dtype), gpu.bandwidth_Bps * intensity)
