@@ -32,6 +32,9 @@ from .spec import AttentionSpec, IndexerSpec, ModelSpec, MoESpec
 from .units import TORCH_DTYPE_NAMES
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: real configs are a few KiB
+# Top-level fields a nested `text_config` inherits when it lacks them.
+TEXT_CONFIG_INHERITED = ("model_type", "torch_dtype", "dtype", "quantization_config", "tie_word_embeddings",
+                         "_name_or_path")
 
 # Upper bounds that no real model approaches; past them the input is a typo or an attack.
 MAX_LAYERS = 100_000
@@ -230,7 +233,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         if not isinstance(text_cfg, dict):
             raise ConfigError(f"text_config must be an object, not {_json_type(text_cfg)}")
         merged = dict(text_cfg)
-        for key in ("model_type", "torch_dtype", "dtype", "quantization_config", "tie_word_embeddings", "_name_or_path"):
+        for key in TEXT_CONFIG_INHERITED:
             if key not in merged and key in top:
                 merged[key] = top[key]
         cfg = merged

@@ -191,6 +191,39 @@ def variant_kv_dtype(kind: str, kv_dtype: str) -> str:
     return "fp8" if kv_dtype == "fp8_ds_mla" and kind != "mla" else kv_dtype
 
 
+def gqa_group_choices(model: ModelSpec) -> list[int]:
+    """KV-head counts a GQA variant of `model` can have: the divisors of n_h."""
+    n_h = model.attention.num_attention_heads
+    return [g for g in range(1, n_h + 1) if n_h % g == 0]
+
+
+def variant_specs(
+    model: ModelSpec,
+    kv_dtype: str = "auto",
+    *,
+    gqa_groups: int | None = None,
+    kv_lora_rank: int | None = None,
+    qk_rope_head_dim: int | None = None,
+) -> list[tuple[str, ModelSpec, str, str]]:
+    """[(label, spec, cache_layout, kv_dtype)] of the same-width variants: MHA, GQA-g, MQA,
+    MLA (latent) and, unless the dtype is fp8_ds_mla, MLA expanded (see `spec.as_variant`).
+    `auto` resolves to the model's torch_dtype; fp8_ds_mla becomes fp8 for non-MLA variants."""
+    resolve_kv_dtype(model, kv_dtype)  # validates the user's choice against the real model
+    if kv_dtype == "auto":
+        kv_dtype = model.torch_dtype
+    groups = default_gqa_groups(model) if gqa_groups is None else gqa_groups
+    mla = as_variant(model, "mla", kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim)
+    out = [
+        ("MHA", as_variant(model, "mha"), "latent"),
+        (f"GQA-{groups}", as_variant(model, "gqa", num_key_value_heads=groups), "latent"),
+        ("MQA", as_variant(model, "mqa"), "latent"),
+        ("MLA (latent)", mla, "latent"),
+    ]
+    if kv_dtype != "fp8_ds_mla":
+        out.append(("MLA expanded", mla, "expanded"))
+    return [(label, spec, layout, variant_kv_dtype(spec.kind, kv_dtype)) for label, spec, layout in out]
+
+
 def compare_variants(
     model: ModelSpec,
     context: int,
@@ -203,45 +236,30 @@ def compare_variants(
     block_size: int | None = None,
 ) -> list[dict]:
     """The model's KV cache next to MHA, GQA (`gqa_groups`), MQA, MLA latent and MLA expanded of
-    the same width (same layers, heads, d_h, windows; see `spec.as_variant`).
+    the same width (same layers, heads, d_h, windows; see `variant_specs`).
 
-    Each row: `variant`, `kind`, `is_model` (the row is the model as configured), `kv_heads` (KV heads, or None for the latent),
-    `kv_bytes_per_token`, `kv_cache_bytes`, `vs_mha` (MHA bytes / this), `gqa_groups_equivalent`
-    (this cache as a number of GQA groups: bytes / bytes of one K+V head), `kv_dtype` (stored).
+    Each row: `variant`, `kind`, `is_model` (the row is the model as configured), `kv_heads`
+    (KV heads, or None for the latent), `kv_dtype` (stored), `kv_bytes_per_token`,
+    `kv_cache_bytes`, `vs_mha` (MHA bytes / this), `gqa_groups_equivalent` (this cache as a
+    number of GQA groups: bytes / bytes of one K+V head of d_h).
     The MHA baseline for an MLA model uses d_h = qk_nope_head_dim (DeepSeek-V2 Table 1).
     """
-    resolve_kv_dtype(model, kv_dtype)  # validates the user's choice against the real model
-    if kv_dtype == "auto":
-        kv_dtype = model.torch_dtype
-    groups = default_gqa_groups(model) if gqa_groups is None else gqa_groups
-    variants = [
-        ("MHA", as_variant(model, "mha"), "latent"),
-        (f"GQA-{groups}", as_variant(model, "gqa", num_key_value_heads=groups), "latent"),
-        ("MQA", as_variant(model, "mqa"), "latent"),
-    ]
-    mla = as_variant(model, "mla", kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim)
-    variants.append(("MLA (latent)", mla, "latent"))
-    if kv_dtype != "fp8_ds_mla":
-        variants.append(("MLA expanded", mla, "expanded"))
-    d_h = model.attention.head_dim
     rows = []
-    mha_bytes = None
-    one_head = None
-    for label, spec, layout in variants:
-        dtype = variant_kv_dtype(spec.kind, kv_dtype)
+    mha_bytes = one_head = None
+    for label, spec, layout, dtype in variant_specs(model, kv_dtype, gqa_groups=gqa_groups,
+                                                    kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim):
         per_token = kv_bytes_per_token(spec, dtype, layout)
-        total = kv_cache_bytes(spec, context, batch, dtype, layout, block_size=block_size)
         if mha_bytes is None:
             mha_bytes = per_token
-            one_head = model.num_hidden_layers * 2 * row_bytes(d_h, dtype)  # one K+V head, all layers
+            one_head = model.num_hidden_layers * 2 * row_bytes(model.attention.head_dim, dtype)
         rows.append({
             "variant": label,
             "kind": spec.kind if layout == "latent" else "mla-expanded",
-            "kv_heads": None if spec.is_mla else spec.attention.num_key_value_heads,
             "is_model": layout == "latent" and spec.attention == model.attention,
+            "kv_heads": None if spec.is_mla else spec.attention.num_key_value_heads,
             "kv_dtype": dtype,
             "kv_bytes_per_token": per_token,
-            "kv_cache_bytes": total,
+            "kv_cache_bytes": kv_cache_bytes(spec, context, batch, dtype, layout, block_size=block_size),
             "vs_mha": mha_bytes / per_token,
             "gqa_groups_equivalent": per_token / one_head,
         })

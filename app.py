@@ -1,0 +1,65 @@
+"""The MLA explorer: entry point. Page config, the shared sidebar state, st.navigation.
+
+Run with `make app` (README). Every number on every page comes from mla_core; the pages draw.
+"""
+import streamlit as st
+
+from mla_core.units import KV_DTYPES, format_tokens
+from ui import charts, models, params, state
+
+state.init()
+present = bool(st.session_state["present"])
+st.set_page_config(
+    page_title="MLA explorer",
+    page_icon="🧮",
+    layout="wide",
+    initial_sidebar_state="collapsed" if present else "expanded",
+    menu_items={"About": "The MLA explorer: KV cache, capacity and decode roofline of Multi-head Latent "
+                         "Attention against MHA, GQA and MQA. Definitions: shared/design/MODEL.md."},
+)
+
+# URL paths differ from the file names on purpose: AppTest otherwise mistakes a page for a
+# pages/-folder page on reruns and skips this script (and the shared sidebar) altogether.
+PAGES = [
+    st.Page("pages/kv_cache.py", title="KV cache", icon="🗄️", url_path="kv", default=True),
+    st.Page("pages/capacity.py", title="Capacity", icon="📦", url_path="concurrency"),
+    st.Page("pages/roofline.py", title="Roofline", icon="📈", url_path="decode-roofline"),
+    st.Page("pages/benchmark.py", title="Benchmark", icon="⏱️", url_path="measure"),
+    st.Page("pages/claims.py", title="Published figures", icon="📰", url_path="published-figures"),
+]
+page = st.navigation(PAGES)
+
+
+def _pick_context():
+    pick = st.session_state.get("_context_pick")
+    if pick:
+        st.session_state["context"] = pick
+
+
+with st.sidebar:
+    st.header("Shared settings")
+    st.caption("They hold on every page, and the URL carries them: copy it to share this view.")
+    labels = models.model_labels()
+    options = params.model_options()
+    if not st.session_state.get("config"):
+        options = [o for o in options if o != params.UPLOAD]
+    st.selectbox("Model", options, key="model", format_func=lambda k: labels.get(k, k),
+                 help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there.")
+    st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, key="kv_dtype",
+                 help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
+                      "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
+    st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
+                    key="context", help="T: tokens held per sequence. Any whole number up to 10^15.")
+    st.pills("Quick context", [4096, 32768, 131072, 1048576], key="_context_pick", on_change=_pick_context,
+             format_func=format_tokens, label_visibility="collapsed")
+    st.number_input("Batch, sequences", min_value=1, max_value=10**6, step=1, key="batch")
+    gpu_labels = models.gpu_labels()
+    st.selectbox("GPU", list(gpu_labels), key="gpu", format_func=lambda k: gpu_labels.get(k, k))
+    st.toggle("Presentation mode", key="present",
+              help="Larger type and charts for a projector; page controls start collapsed.")
+
+if present:
+    charts.presentation_css()
+state.show_link_warnings()
+page.run()
+state.sync_url()

@@ -1,0 +1,4 @@
+import streamlit as st
+
+st.title("capacity")
+st.info("Being built.")

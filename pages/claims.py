@@ -1,0 +1,4 @@
+import streamlit as st
+
+st.title("claims")
+st.info("Being built.")

@@ -1,0 +1,4 @@
+import streamlit as st
+
+st.title("roofline")
+st.info("Being built.")

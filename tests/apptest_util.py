@@ -1,0 +1,33 @@
+"""Helpers for AppTest-based tests of the Streamlit app."""
+import os
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP = os.path.join(ROOT, "app.py")
+PAGES = ["pages/kv_cache.py", "pages/capacity.py", "pages/roofline.py", "pages/benchmark.py", "pages/claims.py"]
+TIMEOUT = 60  # the first run imports plotly and pandas; AppTest's own default is 3 s
+
+
+def app(**query) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({k: str(v) for k, v in query.items()})
+    return at
+
+
+def run_page(page: str, **query) -> AppTest:
+    """Open `page` the way a deep link does: the query is read on the session's first run."""
+    at = app(**query)
+    at.switch_page(page)
+    return at.run()
+
+
+def no_exceptions(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def metric(at: AppTest, label_start: str) -> str:
+    for m in at.metric:
+        if m.label.startswith(label_start):
+            return m.value
+    raise AssertionError(f"no metric starting {label_start!r}: {[m.label for m in at.metric]}")

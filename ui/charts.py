@@ -1,0 +1,79 @@
+"""Plotly styling shared by the pages: units in axis titles, exact hover text, presentation sizes.
+
+Colours are the Okabe-Ito palette (legible for colour-blind readers, and on light and dark
+themes); the same variant keeps the same colour on every chart.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+COLORS = {
+    "MHA": "#E69F00",
+    "GQA": "#56B4E9",
+    "MQA": "#009E73",
+    "MLA": "#D55E00",
+    "MLA (latent)": "#D55E00",
+    "MLA absorbed": "#D55E00",
+    "MLA expanded": "#CC79A7",
+    "MLA recompute": "#0072B2",
+    "model": "#F0E442",
+    "measured": "#000000",
+}
+SEQUENCE = ["#D55E00", "#0072B2", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442", "#999999"]
+
+
+def color_for(label: str) -> str:
+    for key, color in COLORS.items():
+        if label == key:
+            return color
+    for key, color in COLORS.items():
+        if label.startswith(key):
+            return color
+    return "#999999"
+
+
+def style(fig, *, title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False,
+          present: bool = False, height: int | None = None):
+    """Titles with units, log axes where asked, larger type and height in presentation mode."""
+    base = 22 if present else 14
+    fig.update_layout(
+        title={"text": title, "font": {"size": base + 6}},
+        font={"size": base},
+        height=height or (680 if present else 460),
+        margin={"l": 10, "r": 10, "t": 60 if present else 50, "b": 10},
+        legend={"font": {"size": base}, "orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0},
+        hoverlabel={"font": {"size": base}},
+        hovermode="closest",
+    )
+    fig.update_xaxes(title_text=x_title, type="log" if log_x else "linear", showgrid=True,
+                     title_font={"size": base + 2}, tickfont={"size": base})
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", showgrid=True,
+                     title_font={"size": base + 2}, tickfont={"size": base})
+    return fig
+
+
+def show(fig, name: str, key: str | None = None) -> None:
+    """Draw a figure with Plotly's PNG download (modebar camera) named after the chart."""
+    config = {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": f"mla-explorer-{name}", "scale": 2},
+    }
+    st.plotly_chart(fig, config=config, theme="streamlit", key=key)
+
+
+PRESENTATION_CSS = """
+<style>
+html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
+[data-testid="stMetricValue"] { font-size: 3.2rem !important; }
+[data-testid="stMetricLabel"] p { font-size: 1.3rem !important; }
+h1 { font-size: 3.2rem !important; }
+h2 { font-size: 2.4rem !important; }
+h3 { font-size: 1.9rem !important; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem; }
+</style>
+"""
+
+
+def presentation_css() -> None:
+    # A constant stylesheet: no user-supplied text ever goes through unsafe_allow_html.
+    st.markdown(PRESENTATION_CSS, unsafe_allow_html=True)

@@ -1,0 +1,99 @@
+"""The model, GPU and settings the pages use, from the shared state (no arithmetic here)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from mla_core.config import parse_config
+from mla_core.errors import MLAError
+from mla_core.hardware import GPU, custom_gpu
+from mla_core.presets import gpu_entries, load_gpu, load_model, model_entries
+from mla_core.spec import ModelSpec, synthetic_model
+
+from . import params
+
+
+@st.cache_resource(show_spinner=False)
+def preset(preset_id: str) -> ModelSpec:
+    return load_model(preset_id)
+
+
+@st.cache_resource(show_spinner=False)
+def gpu_preset(gpu_id: str) -> GPU:
+    return load_gpu(gpu_id)
+
+
+@st.cache_data(show_spinner=False)
+def model_labels() -> dict[str, str]:
+    out = {}
+    for key, entry in model_entries().items():
+        out[key] = f"{key} ({preset(key).kind.upper()})"
+    out[params.CUSTOM] = "set by hand (KV page)"
+    out[params.UPLOAD] = "uploaded config.json"
+    return out
+
+
+@st.cache_data(show_spinner=False)
+def gpu_labels() -> dict[str, str]:
+    return {k: e["name"] for k, e in gpu_entries().items()}
+
+
+@st.cache_resource(show_spinner=False)
+def _from_config(encoded: str) -> ModelSpec:
+    cfg = params.decode_config(encoded)
+    name = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
+    return parse_config(cfg, name=(name or "uploaded config")[:80])
+
+
+def custom_model(v: dict) -> ModelSpec:
+    kind = v["attention"]
+    kw = dict(layers=v["layers"], heads=v["heads"], head_dim=v["head_dim"])
+    if kind == "gqa":
+        kw["kv_heads"] = v["kv_heads"]
+    if kind == "mla":
+        kw.update(kv_lora_rank=v["kv_lora_rank"], rope_dim=v["rope_dim"])
+    return synthetic_model(kind, **kw)
+
+
+def resolve_model(v: dict) -> tuple[ModelSpec, str | None]:
+    """(model, error): the state's model, or the default preset with the reason it fell back."""
+    choice = v["model"]
+    try:
+        if choice == params.CUSTOM:
+            return custom_model(v), None
+        if choice == params.UPLOAD:
+            if not v.get("config"):
+                raise MLAError("no config.json has been uploaded")
+            return _from_config(v["config"]), None
+        return preset(choice), None
+    except MLAError as e:
+        fallback = params.PARAMS["model"].default
+        return preset(fallback), f"{e} - showing {fallback} instead."
+
+
+def current_model() -> ModelSpec:
+    """The shared model; shows an error and falls back to the default when it cannot be built."""
+    from .state import values
+
+    model, error = resolve_model(values())
+    if error:
+        st.error(error)
+    return model
+
+
+def current_gpu(v: dict | None = None) -> GPU:
+    """The shared GPU preset, with the typed memory size when one is set (capacity page)."""
+    from .state import values
+
+    v = v or values()
+    gpu = gpu_preset(v["gpu"])
+    if v.get("gpu_memory_gib"):
+        return custom_gpu(v["gpu_memory_gib"], base=gpu)
+    return gpu
+
+
+def kv_dtype_for(model: ModelSpec, kv_dtype: str) -> tuple[str, str | None]:
+    """The KV dtype to use for `model`, and a warning when the shared choice does not apply
+    (fp8_ds_mla exists only for an MLA latent)."""
+    if kv_dtype == "fp8_ds_mla" and not model.is_mla:
+        return "fp8", f"fp8_ds_mla is an MLA latent layout; {model.name} is costed at fp8."
+    return kv_dtype, None

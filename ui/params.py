@@ -1,0 +1,230 @@
+"""The app's state, as URL query parameters: names, defaults and parsers (no streamlit here).
+
+Names follow the command line's flags with underscores (`model`, `context`, `batch`,
+`kv_dtype`, `gpu`, `tp`, ...). `parse_query(query)` turns a query mapping into values and a list of
+warnings: a bad or unknown value falls back to its default with a message, never an exception.
+Only `MLAError` is raised inside the parsers, and `parse_query` catches it.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mla_core.config import MAX_CONFIG_BYTES, TEXT_CONFIG_INHERITED, parse_config
+from mla_core.errors import MLAError
+from mla_core.presets import gpu_ids, model_ids
+from mla_core.units import KV_DTYPES, WEIGHT_DTYPES
+from mla_core.validate import MAX_BATCH
+
+MAX_PARAM_CHARS = 8192  # a query value longer than this is refused outright
+MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text
+MAX_UI_CONTEXT = 10**15  # exact in a browser (below 2**53)
+CUSTOM = "custom"  # model set by hand on the KV page
+UPLOAD = "upload"  # model from an uploaded or pasted config.json (kept in the `config` parameter)
+CONFIG_FIELDS = (
+    "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
+    "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "num_experts", "num_local_experts",
+    "num_experts_per_tok", "experts_per_token", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+    "mlp_only_layers", "shared_expert_intermediate_size", "vocab_size", "tie_word_embeddings", "torch_dtype", "dtype",
+    "sliding_window", "sliding_window_pattern", "use_sliding_window", "max_window_layers", "layer_types",
+    "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
+    "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
+)
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def int_parser(name: str, lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        t = text.strip().replace(",", "").replace("_", "")
+        if not t or len(t) > 40 or not t.lstrip("+-").isdigit():
+            raise MLAError(f"{name} must be a whole number, got {_short(text)}")
+        v = int(t)
+        if not lo <= v <= hi:
+            raise MLAError(f"{name} must be between {lo:,} and {hi:,}, got {_short(text)}")
+        return v
+
+    return parse
+
+
+def float_parser(name: str, lo: float, hi: float, exclusive_lo: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise MLAError(f"{name} must be a number, got {_short(text)}") from None
+        if v != v or v in (float("inf"), float("-inf")) or v > hi or (v <= lo if exclusive_lo else v < lo):
+            raise MLAError(f"{name} must be in {'(' if exclusive_lo else '['}{lo:g}, {hi:g}], got {_short(text)}")
+        return v
+
+    return parse
+
+
+def choice_parser(name: str, options: Callable[[], list[str]] | tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        opts = options() if callable(options) else options
+        t = text.strip().lower()
+        if t not in opts:
+            raise MLAError(f"unknown {name} {_short(text)}")
+        return t
+
+    return parse
+
+
+def bool_parser(name: str) -> Callable[[str], bool]:
+    def parse(text: str) -> bool:
+        t = text.strip().lower()
+        if t in ("1", "true", "yes", "on"):
+            return True
+        if t in ("0", "false", "no", "off", ""):
+            return False
+        raise MLAError(f"{name} must be 1 or 0, got {_short(text)}")
+
+    return parse
+
+
+def model_options() -> list[str]:
+    return [*model_ids(), CUSTOM, UPLOAD]
+
+
+def slim_config(cfg: dict) -> dict:
+    """The fields of a config.json that the core reads, with `text_config` merged the way
+    `parse_config` merges it (its fields win; the top level fills what it lacks)."""
+    src = cfg
+    if isinstance(cfg.get("text_config"), dict):
+        src = {**{k: cfg[k] for k in TEXT_CONFIG_INHERITED if k in cfg}, **cfg["text_config"]}
+    slim = {k: src[k] for k in CONFIG_FIELDS if k in src}
+    qc = src.get("quantization_config")
+    if isinstance(qc, dict) and isinstance(qc.get("quant_method"), str):
+        slim["quantization_config"] = {"quant_method": qc["quant_method"]}
+    return slim
+
+
+def encode_config(cfg: dict) -> str:
+    """A config's architecture fields as a URL-safe string (compressed JSON, base64)."""
+    raw = json.dumps(slim_config(cfg), separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def decode_config(text: str) -> dict:
+    """Inverse of `encode_config`, refusing anything that is not a small, valid config."""
+    try:
+        raw = base64.urlsafe_b64decode(text.strip() + "=" * (-len(text.strip()) % 4))
+        obj = zlib.decompressobj()
+        data = obj.decompress(raw, MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES or obj.unconsumed_tail:
+            raise MLAError("config in the link is too large")
+        cfg = json.loads(data.decode("utf-8"))
+    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError, RecursionError):
+        raise MLAError("the link's config is not a valid encoded config.json") from None
+    parse_config(cfg)  # validates; raises ConfigError (an MLAError)
+    return cfg
+
+
+@dataclass(frozen=True)
+class Param:
+    """One piece of state: its query/session key, default, parser and writer."""
+
+    key: str
+    default: Any
+    parse: Callable[[str], Any]
+    help: str = ""
+
+    def to_text(self, value) -> str:
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, float):
+            return repr(value)
+        return str(value)
+
+
+_P = [
+    # shared (sidebar)
+    Param("model", "deepseek-v3", choice_parser("model", model_options), "preset id, custom or upload"),
+    Param("kv_dtype", "auto", choice_parser("kv_dtype", KV_DTYPES)),
+    Param("context", 131072, int_parser("context", 1, MAX_UI_CONTEXT)),
+    Param("batch", 1, int_parser("batch", 1, MAX_BATCH)),
+    Param("gpu", "h200", choice_parser("gpu", gpu_ids)),
+    Param("present", False, bool_parser("present")),
+    # model set by hand (model=custom)
+    Param("attention", "mla", choice_parser("attention", ("mha", "gqa", "mqa", "mla"))),
+    Param("layers", 61, int_parser("layers", 1, 1000)),
+    Param("heads", 128, int_parser("heads", 1, 1024)),
+    Param("kv_heads", 8, int_parser("kv_heads", 1, 1024)),
+    Param("head_dim", 128, int_parser("head_dim", 1, 1024)),
+    Param("kv_lora_rank", 512, int_parser("kv_lora_rank", 1, 16384)),
+    Param("rope_dim", 64, int_parser("rope_dim", 1, 1024)),
+    Param("config", "", lambda text: (decode_config(text), text)[1], "an uploaded config, encoded"),
+    # KV page
+    Param("cache_layout", "latent", choice_parser("cache_layout", ("latent", "expanded"))),
+    Param("block_size", 0, int_parser("block_size", 0, 1 << 20), "0: no block rounding"),
+    Param("gqa_groups", 0, int_parser("gqa_groups", 0, 1024), "0: the model's own, else 8"),
+    Param("cmp_kv_lora_rank", 0, int_parser("cmp_kv_lora_rank", 0, 16384), "0: the model's own or 4 d_h"),
+    Param("cmp_rope_dim", 0, int_parser("cmp_rope_dim", 0, 1024), "0: the model's own or d_h / 2"),
+    # capacity and roofline
+    Param("num_gpus", 8, int_parser("num_gpus", 1, 4096)),
+    Param("tp", 8, int_parser("tp", 1, 4096)),
+    Param("dp_attention", False, bool_parser("dp_attention")),
+    Param("weights_dtype", "auto", choice_parser("weights_dtype", ("auto", *WEIGHT_DTYPES))),
+    Param("gpu_memory_utilization", 0.9, float_parser("gpu_memory_utilization", 0, 1, exclusive_lo=True)),
+    Param("gpu_memory_gib", 0.0, float_parser("gpu_memory_gib", 0, 1e6), "0: the preset's memory"),
+    Param("reserve_gib", 0.0, float_parser("reserve_gib", 0, 1e6)),
+    Param("mla_path", "absorbed", choice_parser("mla_path", ("absorbed", "recompute", "expanded"))),
+    # capacity comparison (configurations 2 and 3)
+    *[p for i in (2, 3) for p in (
+        Param(f"cmp{i}_model", "", choice_parser(f"cmp{i}_model", lambda: ["", *model_ids()])),
+        Param(f"cmp{i}_gpu", "h200", choice_parser(f"cmp{i}_gpu", gpu_ids)),
+        Param(f"cmp{i}_num_gpus", 8, int_parser(f"cmp{i}_num_gpus", 1, 4096)),
+        Param(f"cmp{i}_tp", 8, int_parser(f"cmp{i}_tp", 1, 4096)),
+        Param(f"cmp{i}_dp_attention", False, bool_parser(f"cmp{i}_dp_attention")),
+        Param(f"cmp{i}_kv_dtype", "auto", choice_parser(f"cmp{i}_kv_dtype", KV_DTYPES)),
+    )],
+]
+PARAMS: dict[str, Param] = {p.key: p for p in _P}
+
+
+def defaults() -> dict[str, Any]:
+    return {k: p.default for k, p in PARAMS.items()}
+
+
+def parse_query(query) -> tuple[dict[str, Any], list[str]]:
+    """Values for the keys present in `query` (a mapping of str to str or list of str), and the
+    warnings for values that were refused (their defaults stand) or names that are unknown."""
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for raw_key in list(query.keys())[:200]:
+        key = str(raw_key)
+        raw = query[raw_key]
+        if isinstance(raw, (list, tuple)):
+            raw = raw[-1] if raw else ""
+        text = str(raw)
+        param = PARAMS.get(key)
+        if param is None:
+            warnings.append(f"Ignored unknown link parameter {_short(key)}.")
+            continue
+        if len(text) > MAX_PARAM_CHARS:
+            warnings.append(f"Link parameter {key} is {len(text):,} characters long; the default is used.")
+            continue
+        try:
+            values[key] = param.parse(text)
+        except MLAError as e:
+            warnings.append(f"Link parameter {key}: {e}; the default ({param.to_text(param.default) or 'none'}) is used.")
+    return values, warnings
+
+
+def to_query(values: dict[str, Any]) -> dict[str, str]:
+    """The full state as query parameters (every known key, defaults included)."""
+    out = {}
+    for key, param in PARAMS.items():
+        value = values.get(key, param.default)
+        if key == "config" and not value:
+            continue
+        out[key] = param.to_text(value)
+    return out

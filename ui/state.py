@@ -1,0 +1,64 @@
+"""Session state and the URL: read the link once, keep every value across pages, write it back.
+
+- `init()` (top of app.py, every run): on a session's first run the query parameters are parsed
+  (`ui.params`); refused values fall back to their defaults and the reasons are kept for
+  `show_link_warnings()`. On later runs every known key is re-assigned to itself, because
+  Streamlit drops a widget's key when a page does not draw the widget.
+- `sync_url()` (end of app.py, every run): the URL gets the full state, so a copied link
+  reopens the same view.
+Widgets use the parameter names as keys and no `value=` (the state seeds them).
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from . import params
+
+_INIT = "_ui_state_initialised"
+_WARNINGS = "_ui_link_warnings"
+
+
+def init() -> None:
+    ss = st.session_state
+    if not ss.get(_INIT):
+        values, warnings = params.parse_query(st.query_params.to_dict())
+        if values.get("model") == params.UPLOAD and not values.get("config"):
+            warnings.append("The link says model=upload but carries no config; the default model is used.")
+            values.pop("model")
+        for key, p in params.PARAMS.items():
+            ss[key] = values.get(key, p.default)
+        ss[_WARNINGS] = warnings
+        ss[_INIT] = True
+    else:
+        for key, p in params.PARAMS.items():
+            ss[key] = ss[key] if key in ss else p.default
+
+
+def values() -> dict:
+    ss = st.session_state
+    return {k: ss.get(k, p.default) for k, p in params.PARAMS.items()}
+
+
+def sync_url() -> None:
+    wanted = params.to_query(values())
+    if st.query_params.to_dict() != wanted:
+        st.query_params.from_dict(wanted)
+
+
+def show_link_warnings() -> None:
+    warnings = st.session_state.get(_WARNINGS) or []
+    if not warnings:
+        return
+    for text in warnings[:10]:
+        st.warning(text, icon="⚠️")  # st.warning renders text, never HTML
+    if len(warnings) > 10:
+        st.warning(f"... and {len(warnings) - 10} more link parameters were refused.")
+    st.button("Dismiss", key="_dismiss_link_warnings", on_click=lambda: st.session_state.update({_WARNINGS: []}))
+
+
+def set_values(**kwargs) -> None:
+    """For callbacks: set state values (before widgets are drawn on the next run)."""
+    for key, value in kwargs.items():
+        if key not in params.PARAMS:
+            raise KeyError(key)
+        st.session_state[key] = value
