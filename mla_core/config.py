@@ -42,7 +42,8 @@ MAX_WIDTH = 1 << 24  # hidden size, heads, head dims, ranks, experts, windows' c
 MAX_VOCAB = 1 << 27
 MAX_WINDOW = 1 << 50
 
-_ALIASES = {
+# Other spellings of the same fields (Falcon, GPT-2 style configs).
+FIELD_ALIASES = {
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
     "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -168,7 +169,7 @@ class _Reader:
         self.cfg = cfg
 
     def raw(self, field: str):
-        for key in _ALIASES.get(field, (field,)):
+        for key in FIELD_ALIASES.get(field, (field,)):
             if key in self.cfg and self.cfg[key] is not None:
                 return key, self.cfg[key]
         return field, None

@@ -16,10 +16,13 @@ def app(**query) -> AppTest:
 
 
 def run_page(page: str, **query) -> AppTest:
-    """Open `page` the way a deep link does: the query is read on the session's first run."""
-    at = app(**query)
-    at.switch_page(page)
-    return at.run()
+    """Open `page` with a deep link's query. The query is read on the session's first run (on the
+    default page: before a first run AppTest cannot resolve st.navigation's URL paths), then
+    the page is switched to, as a link to that page does."""
+    at = app(**query).run()
+    if page != PAGES[0]:
+        at.switch_page(page).run()
+    return at
 
 
 def no_exceptions(at: AppTest) -> None:

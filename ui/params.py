@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mla_core.config import FIELD_ALIASES
 from mla_core.config import MAX_CONFIG_BYTES, TEXT_CONFIG_INHERITED, parse_config
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
@@ -34,6 +35,8 @@ CONFIG_FIELDS = (
     "sliding_window", "sliding_window_pattern", "use_sliding_window", "max_window_layers", "layer_types",
     "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
     "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
+    "max_position_embeddings",
+    *(alias for names in FIELD_ALIASES.values() for alias in names),
 )
 
 

@@ -1,0 +1,174 @@
+"""The app as a whole (AppTest): pages, deep links, shared state, the URL, hostile links and uploads."""
+import json
+
+import pytest
+
+from apptest_util import PAGES, app, metric, no_exceptions, run_page
+from mla_core.config import parse_config
+from mla_core.kv import compare_variants, kv_report
+from mla_core.presets import load_model, model_entries
+from mla_core.units import format_bytes
+from ui import params
+
+
+def test_kv_page_deep_link_shows_the_cores_numbers():
+    # The issue's example: DeepSeek-V3 at 128K tokens, bf16: 68.6 KiB per token, 8.58 GiB.
+    at = run_page("pages/kv_cache.py", model="deepseek-v3", context="131072", kv_dtype="bf16")
+    no_exceptions(at)
+    r = kv_report(load_model("deepseek-v3"), 131072, 1, "bf16")
+    assert metric(at, "KV bytes per token") == format_bytes(r["kv_bytes_per_token"]) == "68.6 KiB"
+    assert metric(at, "One sequence") == format_bytes(r["kv_cache_bytes_per_sequence"]) == "8.58 GiB"
+    assert any("GQA with 2.25 groups" in m.value for m in at.markdown)
+
+
+def test_kv_page_table_matches_compare_variants():
+    at = run_page("pages/kv_cache.py", model="llama-3.1-70b", context="32768", batch="2", kv_dtype="fp8")
+    no_exceptions(at)
+    df = at.dataframe[0].value
+    rows = compare_variants(load_model("llama-3.1-70b"), 32768, 2, "fp8")
+    assert list(df["per token"]) == [format_bytes(r["kv_bytes_per_token"]) for r in rows]
+    assert list(df.iloc[:, 4]) == [format_bytes(r["kv_cache_bytes"]) for r in rows]
+
+
+@pytest.mark.parametrize("preset", list(model_entries()))
+def test_kv_page_answers_for_every_preset(preset):
+    at = run_page("pages/kv_cache.py", model=preset, context="65536")
+    no_exceptions(at)
+    assert not at.error
+    want = kv_report(load_model(preset), 65536)["kv_bytes_per_token"]
+    assert metric(at, "KV bytes per token") == format_bytes(want)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_on_defaults(page):
+    at = app()
+    at.switch_page(page).run()
+    no_exceptions(at)
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_widget_value_survives_a_visit_to_every_other_page():
+    at = app().run()
+    at.number_input(key="context").set_value(65536).run()
+    at.selectbox(key="model").set_value("kimi-k2-instruct").run()
+    at.selectbox(key="gqa_groups").set_value(4).run()  # a page widget, dropped when not drawn
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        no_exceptions(at)
+        assert at.session_state["context"] == 65536
+    at.switch_page(PAGES[0]).run()
+    assert at.session_state["model"] == "kimi-k2-instruct"
+    assert at.session_state["gqa_groups"] == 4
+    assert at.number_input(key="context").value == 65536
+    assert at.query_params["context"] == "65536" and at.query_params["gqa_groups"] == "4"
+    want = kv_report(load_model("kimi-k2-instruct"), 65536)["kv_cache_bytes_per_sequence"]
+    assert metric(at, "One sequence") == format_bytes(want)
+
+
+def test_url_holds_the_full_state():
+    at = app(model="mistral-7b-v0.1", batch="4").run()
+    q = at.query_params
+    for key in params.PARAMS:
+        if key != "config":
+            assert key in q, key
+    assert q["model"] == "mistral-7b-v0.1" and q["batch"] == "4"
+    # Opening the URL it wrote reproduces the view.
+    again = app(**{k: v for k, v in q.items()}).run()
+    assert [m.value for m in again.metric] == [m.value for m in at.metric]
+
+
+@pytest.mark.parametrize("query, needle", [
+    ({"context": "abc"}, "context"),
+    ({"context": "-5"}, "context"),
+    ({"context": "0"}, "context"),
+    ({"context": "9" * 10000}, "context"),
+    ({"batch": "1e9"}, "batch"),
+    ({"model": "<script>alert(1)</script>"}, "model"),
+    ({"model": "x" * 10000}, "model"),
+    ({"kv_dtype": "int3"}, "kv_dtype"),
+    ({"gpu": "tpu-v9"}, "gpu"),
+    ({"present": "maybe"}, "present"),
+    ({"gpu_memory_utilization": "nan"}, "gpu_memory_utilization"),
+    ({"gpu_memory_utilization": "2"}, "gpu_memory_utilization"),
+    ({"no_such_param": "1"}, "no_such_param"),
+    ({"config": "!!!not-base64!!!"}, "config"),
+    ({"model": "upload"}, "upload"),
+])
+def test_garbage_link_gives_a_warning_and_the_default(query, needle):
+    at = app(**query).run()
+    no_exceptions(at)
+    warnings = " ".join(w.value for w in at.warning)
+    assert needle in warnings
+    for key in query:
+        if key in params.PARAMS and key != "model" or query.get("model") == "upload":
+            continue
+    # The fallback is the default and the page still answers.
+    assert metric(at, "KV bytes per token")
+
+
+def test_markup_in_a_link_is_never_rendered():
+    at = app(model="<img src=x onerror=alert(1)>").run()
+    no_exceptions(at)
+    assert all("<img" not in m.value or "\\<img" in m.value for m in at.markdown)
+
+
+def _upload(at, data: bytes, name="config.json"):
+    at.file_uploader(key="_upload").upload(name, data, "application/json")  # noqa: the AppTest API
+    return at.run()
+
+
+def test_pasted_config_is_used_and_carried_in_the_link():
+    cfg = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+           "num_key_value_heads": 4, "torch_dtype": "bfloat16"}
+    at = app().run()
+    at.text_area(key="_paste").input(json.dumps(cfg)).run()
+    at.button[[b.label for b in at.button].index("Use the pasted config")].click().run()
+    no_exceptions(at)
+    assert at.session_state["model"] == "upload"
+    want = kv_report(parse_config(cfg), 131072)["kv_bytes_per_token"]
+    assert metric(at, "KV bytes per token") == format_bytes(want)
+    # The link carries the config: a fresh session opened from it shows the same numbers.
+    again = app(**dict(at.query_params)).run()
+    assert metric(again, "KV bytes per token") == format_bytes(want)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[1, 2, 3]", "object"),
+    ('{"num_hidden_layers": NaN}', "NaN"),
+    ('{"num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 60}', "divisible"),
+    ("{" * 3000, "JSON"),
+    ('{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "kv_lora_rank": 32}', "MLA"),
+])
+def test_bad_pasted_config_gives_an_error_and_keeps_the_model(text, needle):
+    at = app(model="llama-3.1-8b").run()
+    at.text_area(key="_paste").input(text).run()
+    at.button[[b.label for b in at.button].index("Use the pasted config")].click().run()
+    no_exceptions(at)
+    assert needle in " ".join(e.value for e in at.error)
+    assert at.session_state["model"] == "llama-3.1-8b"
+
+
+def test_architecture_by_hand():
+    at = app().run()
+    at.selectbox(key="attention").set_value("gqa").run()
+    at.number_input(key="layers").set_value(32).run()
+    at.number_input(key="heads").set_value(32).run()
+    at.number_input(key="kv_heads").set_value(8).run()
+    at.button[[b.label for b in at.button].index("Use this architecture")].click().run()
+    no_exceptions(at)
+    assert at.session_state["model"] == "custom"
+    assert metric(at, "KV bytes per token") == format_bytes(131072)  # Llama-3.1-8B's shape
+
+
+def test_presentation_mode_from_the_link():
+    at = app(present="1").run()
+    no_exceptions(at)
+    assert at.session_state["present"] is True
+    assert any("<style>" in m.value for m in at.markdown)
+
+
+def test_encoded_config_round_trips_every_preset():
+    for preset_id, entry in model_entries().items():
+        cfg = entry["config"]
+        back = parse_config(params.decode_config(params.encode_config(cfg)), name=preset_id)
+        assert back == parse_config(cfg, name=preset_id), preset_id
