@@ -20,7 +20,7 @@ $(VENV)/.test-installed: $(VENV)/.app-installed requirements-dev.txt
 venv: $(VENV)/.test-installed
 
 app: $(VENV)/.app-installed
-	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+	$(PY) -m ui.serve --server.address $(HOST) --server.port $(PORT)
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest

@@ -17,7 +17,7 @@ def test_kv_page_deep_link_shows_the_cores_numbers():
     no_exceptions(at)
     r = kv_report(load_model("deepseek-v3"), 131072, 1, "bf16")
     assert metric(at, "KV bytes per token") == format_bytes(r["kv_bytes_per_token"]) == "68.6 KiB"
-    assert metric(at, "One sequence") == format_bytes(r["kv_cache_bytes_per_sequence"]) == "8.58 GiB"
+    assert metric(at, "Per sequence") == format_bytes(r["kv_cache_bytes_per_sequence"]) == "8.58 GiB"
     assert any("GQA with 2.25 groups" in m.value for m in at.markdown)
 
 
@@ -62,7 +62,7 @@ def test_widget_value_survives_a_visit_to_every_other_page():
     assert at.number_input(key="context").value == 65536
     assert at.query_params["context"] == "65536" and at.query_params["gqa_groups"] == "4"
     want = kv_report(load_model("kimi-k2-instruct"), 65536)["kv_cache_bytes_per_sequence"]
-    assert metric(at, "One sequence") == format_bytes(want)
+    assert metric(at, "Per sequence") == format_bytes(want)
 
 
 def test_url_holds_the_full_state():
@@ -113,8 +113,36 @@ def test_markup_in_a_link_is_never_rendered():
 
 
 def _upload(at, data: bytes, name="config.json"):
-    at.file_uploader(key="_upload").upload(name, data, "application/json")  # noqa: the AppTest API
+    at.file_uploader(key="_upload").upload(name, data, "application/json")
     return at.run()
+
+
+def test_uploaded_real_config_is_used():
+    from conftest import case_config
+
+    data = open(case_config("deepseek-v2-lite.json"), "rb").read()
+    at = _upload(app(model="llama-3.1-8b").run(), data)
+    no_exceptions(at)
+    assert at.session_state["model"] == "upload"
+    assert metric(at, "KV bytes per token") == format_bytes(31104)
+    at.switch_page("pages/capacity.py").run()  # the uploaded model holds on other pages
+    no_exceptions(at)
+    assert at.session_state["model"] == "upload"
+
+
+@pytest.mark.parametrize("data, needle", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "UTF-8"),
+    (b" " * ((1 << 20) + 1), "1 MiB"),
+    (b'{"num_hidden_layers": Infinity}', "Infinity"),
+    (b'{"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64, "text_config": 5}', "text_config"),
+    (b'{"num_hidden_layers": true, "num_attention_heads": 2, "hidden_size": 64}', "integer"),
+])
+def test_bad_upload_gives_an_error_and_keeps_the_model(data, needle):
+    at = _upload(app(model="llama-3.1-8b").run(), data)
+    no_exceptions(at)
+    assert needle in " ".join(e.value for e in at.error)
+    assert at.session_state["model"] == "llama-3.1-8b"
+    assert metric(at, "KV bytes per token") == format_bytes(131072)
 
 
 def test_pasted_config_is_used_and_carried_in_the_link():

@@ -64,7 +64,7 @@ def show(fig, name: str, key: str | None = None) -> None:
 PRESENTATION_CSS = """
 <style>
 html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
-[data-testid="stMetricValue"] { font-size: 3.2rem !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 3.2rem !important; }
 [data-testid="stMetricLabel"] p { font-size: 1.3rem !important; }
 h1 { font-size: 3.2rem !important; }
 h2 { font-size: 2.4rem !important; }

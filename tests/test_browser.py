@@ -1,0 +1,161 @@
+"""A real browser (Debian's chromium through Playwright) against `streamlit run app.py`.
+
+Opens every page of the navigation through a deep link, checks that no exception box shows,
+that a Plotly chart is drawn and that the link's numbers are visible, and saves screenshots
+(into pytest's temporary folder, or MLA_SCREENSHOT_DIR when set). Skipped when chromium is not
+installed, unless MLA_REQUIRE_BROWSER=1 (set by .ci/run), which makes a missing browser fail.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from mla_core.kv import kv_report
+from mla_core.presets import load_model
+from mla_core.units import format_bytes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.browser
+
+if CHROMIUM is None:
+    if os.environ.get("MLA_REQUIRE_BROWSER") == "1":
+        raise RuntimeError("MLA_REQUIRE_BROWSER=1 but no chromium on PATH (apt-get install chromium)")
+    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = dict(os.environ, MLA_EXPLORER_HISTORY=str(tmp_path_factory.mktemp("history") / "history.sqlite3"))
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            # `streamlit run app.py` as the README's `make app` starts it (ui/serve.py says why).
+            [sys.executable, "-m", "ui.serve", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(base + "/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not start:\n" + log.read_text()[-2000:])
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    folder = os.environ.get("MLA_SCREENSHOT_DIR") or str(tmp_path_factory.mktemp("screenshots"))
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _settle(page, timeout_s=45):
+    """Wait until Streamlit has finished running the script and the page stopped changing."""
+    page.wait_for_selector('[data-testid="stMain"]', timeout=timeout_s * 1000)
+    deadline = time.time() + timeout_s
+    last = None
+    stable = 0
+    while time.time() < deadline:
+        running = page.locator('[data-testid="stStatusWidget"]').count()
+        text = page.inner_text('[data-testid="stMain"]')
+        if not running and text == last and len(text) > 40:
+            stable += 1
+            if stable >= 3:
+                return text
+        else:
+            stable = 0
+        last = text
+        time.sleep(0.5)
+    return last or ""
+
+
+DSV3 = kv_report(load_model("deepseek-v3"), 131072, 1, "bf16")
+LINK = "model=deepseek-v3&context=131072&kv_dtype=bf16&gpu=h200&num_gpus=8&tp=8"
+PAGES = [
+    # (url path, name, texts the deep link must show)
+    ("", "kv_cache", [format_bytes(DSV3["kv_bytes_per_token"]), format_bytes(DSV3["kv_cache_bytes"])]),
+    ("concurrency", "capacity", []),
+    ("decode-roofline", "roofline", []),
+    ("measure", "benchmark", []),
+    ("published-figures", "claims", []),
+]
+
+
+@pytest.mark.parametrize("path, name, texts", PAGES, ids=[p[1] for p in PAGES])
+def test_page_in_a_real_browser(server, browser, shots, path, name, texts):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/{path}?{LINK}", wait_until="domcontentloaded")
+    text = _settle(page)
+    page.screenshot(path=os.path.join(shots, f"{name}.png"), full_page=True)
+    assert page.locator('[data-testid="stException"]').count() == 0, text[:2000]
+    assert page.get_by_text("Page not found").count() == 0, f"{name}: the deep link was not resolved"
+    assert page.locator(".js-plotly-plot").count() >= 1, f"no Plotly chart on {name}"
+    for t in texts:
+        assert t in text, f"{t!r} not visible on {name}"
+    assert not errors, errors
+    page.close()
+
+
+def test_link_state_survives_navigation_in_the_browser(server, browser, shots):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(f"{server}/?model=kimi-k2-instruct&context=65536", wait_until="domcontentloaded")
+    _settle(page)
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Capacity").click()
+    _settle(page)
+    assert "model=kimi-k2-instruct" in page.url and "context=65536" in page.url
+    page.locator('[data-testid="stSidebarNav"] a', has_text="KV cache").click()
+    text = _settle(page)
+    want = kv_report(load_model("kimi-k2-instruct"), 65536)["kv_cache_bytes_per_sequence"]
+    assert format_bytes(want) in text
+    page.close()
+
+
+def test_presentation_mode_in_both_themes(server, browser, shots):
+    for scheme in ("light", "dark"):
+        ctx = browser.new_context(viewport={"width": 1600, "height": 1000}, color_scheme=scheme)
+        page = ctx.new_page()
+        page.goto(f"{server}/?{LINK}&present=1", wait_until="domcontentloaded")
+        _settle(page)
+        page.screenshot(path=os.path.join(shots, f"presentation_{scheme}.png"), full_page=False)
+        size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('[data-testid=\"stMetricValue\"] p')).fontSize)")
+        assert size >= 40, size  # projector-sized metrics
+        assert page.locator('[data-testid="stException"]').count() == 0
+        ctx.close()
