@@ -349,8 +349,9 @@ def render_table(command: str, result: dict) -> str:
             (f"whole {format_tokens(r['context'])} requests at once", f"{r['max_concurrent_requests']:,}"),
         ]
         if "mha_formula_waste_factor" in r:
+            n = r["mha_formula_max_concurrent_requests"]
             rows.append(("MHA-formula allocator would fit",
-                         f"{r['mha_formula_max_concurrent_requests']:,} requests "
+                         f"{n:,} request{'' if n == 1 else 's'} "
                          f"({r['mha_formula_waste_factor']:.1f}x the bytes per token)"))
     elif command == "roofline":
         rows += [
