@@ -44,7 +44,7 @@ COMMANDS = ("kv", "capacity", "roofline", "bench", "presets")
 def _int_arg(name: str, minimum: int = 1):
     def parse(text: str) -> int:
         t = text.strip().replace(",", "").replace("_", "")
-        if not t or len(t) > 40 or not (t.isdigit() or (t[0] in "+-" and t[1:].isdigit())):
+        if not t or len(t) > 40 or not t.isascii() or not (t.isdigit() or (t[0] in "+-" and t[1:].isdigit())):
             raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}")
         v = int(t)
         if v < minimum:

@@ -95,6 +95,8 @@ def test_presets_listing():
     ["kv", "--model", "deepseek-v3", "--context", "0"],
     ["kv", "--model", "deepseek-v3", "--context", "abc"],
     ["kv", "--model", "deepseek-v3", "--context", "1e5"],
+    ["kv", "--model", "deepseek-v3", "--context", "²"],
+    ["kv", "--model", "deepseek-v3", "--context", "٣"],
     ["kv", "--model", "deepseek-v3", "--context", "9" * 10000],
     ["kv", "--model", "deepseek-v3", "--context", str(10**19)],
     ["kv", "--model", "deepseek-v3", "--context", "10", "--batch", "0"],
