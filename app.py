@@ -20,8 +20,9 @@ st.set_page_config(
 
 # URL paths differ from the file names on purpose: AppTest otherwise mistakes a page for a
 # pages/-folder page on reruns and skips this script (and the shared sidebar) altogether.
+# The default page is served at "/" whatever its url_path.
 PAGES = [
-    st.Page("pages/kv_cache.py", title="KV cache", icon="🗄️", default=True),  # served at /
+    st.Page("pages/kv_cache.py", title="KV cache", icon="🗄️", url_path="kv", default=True),  # served at /
     st.Page("pages/capacity.py", title="Capacity", icon="📦", url_path="concurrency"),
     st.Page("pages/roofline.py", title="Roofline", icon="📈", url_path="decode-roofline"),
     st.Page("pages/benchmark.py", title="Benchmark", icon="⏱️", url_path="measure"),

@@ -163,3 +163,62 @@ def allocator_waste(model: ModelSpec, **kwargs) -> dict:
         "expanded": expanded,
         "waste_factor": expanded["kv_bytes_per_token_per_gpu"] / latent["kv_bytes_per_token_per_gpu"],
     }
+
+
+def capacity_variants(model: ModelSpec, *, kv_dtype: str = "auto", gqa_groups: int | None = None,
+                      **kwargs) -> list[dict]:
+    """The capacity of `model` next to the same model costed as MHA, GQA, MQA, MLA latent and
+    MLA expanded (the variants of `kv.variant_specs`: same layers, query heads, d_h, windows).
+
+    Each variant is a whole model: its own attention projections set its weights, hence its KV
+    budget (`capacity` with the same GPU, parallelism, dtypes and reserve, passed in `kwargs`).
+    With `block_size` None each variant takes its kind's default (64 MLA, 16 otherwise).
+    Each row is a `capacity` dict plus `variant` (label), `is_model` (the row is the model as
+    configured), `kv_bytes_vs_model` (this row's KV bytes per token per GPU / the model's) and
+    `requests_vs_model` (this row's whole requests / the model's; None when the model fits none).
+    Raises MLAError on bad inputs (as `capacity` and `variant_specs`).
+    """
+    from .kv import variant_specs
+
+    kwargs = dict(kwargs)
+    kwargs.pop("cache_layout", None)
+    ref = capacity(model, kv_dtype=kv_dtype, cache_layout="latent", **kwargs)
+    rows = []
+    for label, spec, layout, dtype in variant_specs(model, kv_dtype, gqa_groups=gqa_groups):
+        r = capacity(spec, kv_dtype=dtype, cache_layout=layout, **kwargs)
+        rows.append({
+            **r,
+            "variant": label,
+            "is_model": layout == "latent" and spec.attention == model.attention,
+            "kv_bytes_vs_model": r["kv_bytes_per_token_per_gpu"] / ref["kv_bytes_per_token_per_gpu"],
+            "requests_vs_model": (r["max_concurrent_requests"] / ref["max_concurrent_requests"]
+                                  if ref["max_concurrent_requests"] else None),
+        })
+    return rows
+
+
+def memory_breakdown(result: dict) -> dict:
+    """One GPU's memory as a `capacity` result (computed from a GPU, not a given budget) splits it.
+
+    Returns ints (bytes per GPU): `weights`, `kv_in_use` (the whole requests of the context that
+    fit), `kv_free` (the rest of the KV budget: less than one request, or block padding),
+    `reserve`, `headroom` (memory the engine leaves alone: memory - floor(gmu * memory)),
+    `memory`, and `over` (how far weights + reserve exceed the usable memory; 0 when they fit).
+    When the weights fit, weights + kv_in_use + kv_free + reserve + headroom == memory; when they
+    do not, the KV parts are 0 and the parts exceed the memory by `over`.
+    Raises MLAError for a result without a GPU memory (budget given directly).
+    """
+    memory, usable = result["memory_bytes_per_gpu"], result["usable_bytes_per_gpu"]
+    if memory is None or usable is None:
+        raise MLAError("a memory breakdown needs a GPU memory size, not a KV budget given directly")
+    weights, reserve = result["weights_bytes_per_gpu"], result["reserve_bytes"]
+    used, budget = result["kv_used_bytes_per_gpu"], result["kv_budget_bytes_per_gpu"]
+    return {
+        "weights": weights,
+        "kv_in_use": used,
+        "kv_free": budget - used,
+        "reserve": reserve,
+        "headroom": memory - usable,
+        "memory": memory,
+        "over": max(0, weights + reserve - usable),
+    }

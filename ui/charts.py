@@ -45,9 +45,10 @@ def style(fig, *, title: str, x_title: str, y_title: str, log_x: bool = False, l
         hoverlabel={"font": {"size": base}},
         hovermode="closest",
     )
-    fig.update_xaxes(title_text=x_title, type="log" if log_x else "linear", showgrid=True,
+    # Axis type is left to Plotly unless log is asked for, so category (bar) axes keep working.
+    fig.update_xaxes(title_text=x_title, type="log" if log_x else None, showgrid=True,
                      title_font={"size": base + 2}, tickfont={"size": base})
-    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", showgrid=True,
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else None, showgrid=True,
                      title_font={"size": base + 2}, tickfont={"size": base})
     return fig
 
