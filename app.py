@@ -22,11 +22,11 @@ st.set_page_config(
 # pages/-folder page on reruns and skips this script (and the shared sidebar) altogether.
 # The default page is served at "/" whatever its url_path.
 PAGES = [
-    st.Page("pages/kv_cache.py", title="KV cache", icon="🗄️", url_path="kv", default=True),  # served at /
-    st.Page("pages/capacity.py", title="Capacity", icon="📦", url_path="concurrency"),
-    st.Page("pages/roofline.py", title="Roofline", icon="📈", url_path="decode-roofline"),
-    st.Page("pages/benchmark.py", title="Benchmark", icon="⏱️", url_path="measure"),
-    st.Page("pages/claims.py", title="Published figures", icon="📰", url_path="published-figures"),
+    st.Page("pages/kv_cache.py", title="KV cache", icon=":material/database:", url_path="kv", default=True),  # served at /
+    st.Page("pages/capacity.py", title="Capacity", icon=":material/stacks:", url_path="concurrency"),
+    st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
+    st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
+    st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:", url_path="published-figures"),
 ]
 page = st.navigation(PAGES)
 

@@ -26,6 +26,7 @@ little slack for float rounding); an approximate figure ("about", "~") within 5 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from .errors import MLAError
@@ -146,3 +147,113 @@ def load_claims(path: str | None = None) -> list[dict]:
 def evaluate_all(path: str | None = None) -> list[dict]:
     """Every claim recomputed (see `evaluate_claim`)."""
     return [evaluate_claim(c) for c in load_claims(path)]
+
+
+# ---------------------------------------------------------------------------------------------
+# For the claims page: counts, the figures as text, and the computation written out.
+
+def summarize(evaluated: list[dict]) -> dict:
+    """Counts over `evaluate_claim` results: `total`, `reproduced`, `differs`, `replayed`
+    (differing claims that carry an `as_claimed` replay), `reason_confirmed` (replays that give
+    the stated figure), and `by_topic` / `by_source`: lists of {`topic` or `source`, `claims`,
+    `reproduced`, `differs`} in order of first appearance."""
+    def grouped(key) -> list[dict]:
+        groups: dict[str, dict] = {}
+        for c in evaluated:
+            name = key(c)
+            g = groups.setdefault(name, {"claims": 0, "reproduced": 0, "differs": 0})
+            g["claims"] += 1
+            g[c["verdict"]] += 1
+        return [{"name": k, **v} for k, v in groups.items()]
+
+    return {
+        "total": len(evaluated),
+        "reproduced": sum(c["verdict"] == "reproduced" for c in evaluated),
+        "differs": sum(c["verdict"] == "differs" for c in evaluated),
+        "replayed": sum("as_claimed_value" in c for c in evaluated),
+        "reason_confirmed": sum(bool(c.get("reason_confirmed")) for c in evaluated),
+        "by_topic": [{"topic": g.pop("name"), **g} for g in grouped(lambda c: c["topic"])],
+        "by_source": [{"source": g.pop("name"), **g} for g in grouped(lambda c: c["source"]["seed"])],
+    }
+
+
+def _unit_suffix(text: str, unit: str) -> str:
+    return f"{text}{unit}" if unit in ("x", "%") else f"{text} {unit}"
+
+
+def format_figure(value: float, unit: str, digits: int = 4) -> str:
+    """A recomputed figure in a claim's unit, `digits` significant digits, thousands separated:
+    (241.7778, 'flop/B') -> '241.8 flop/B', (56.889, 'x') -> '56.89x', (35136.0, 'elements')
+    -> '35,136 elements'. NaN and infinities print as 'n/a'."""
+    if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+        return "n/a"
+    a = abs(value)
+    if a == 0:
+        text = "0"
+    elif a >= 10 ** (digits - 1):
+        text = f"{value:,.0f}"
+    else:
+        decimals = digits - 1 - math.floor(math.log10(a))
+        text = f"{value:,.{decimals}f}"
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+    return _unit_suffix(text, unit)
+
+
+def format_stated(stated: dict) -> str:
+    """A stated figure as the document prints it, with its unit and '~' when approximate:
+    {'value': 44, 'text': '44', 'unit': 'x', 'approx': True} -> '~44x'."""
+    text = str(stated.get("text", stated["value"]))
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    shown = f"{float(stated['value']):,.{decimals}f}"
+    return ("~" if stated.get("approx") else "") + _unit_suffix(shown, stated["unit"])
+
+
+_INFIX = {"mul": " * ", "add": " + ", "sub": " - ", "div": " / "}
+
+
+def _describe_model(spec) -> str:
+    if isinstance(spec, dict):
+        rest = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "attention")
+        return f"{str(spec.get('attention', '?')).upper()}({rest})"
+    return str(spec)
+
+
+def describe_expr(expr) -> str:
+    """A claim's computation written out (module docstring's operations), e.g.
+    'kv_bytes_per_token(deepseek-v3, bf16, latent) / 2'. Numbers print with thousands
+    separators; arithmetic sub-expressions are parenthesised."""
+    if isinstance(expr, bool) or expr is None:
+        return repr(expr)
+    if isinstance(expr, int):
+        return f"{expr:,}"
+    if isinstance(expr, float):
+        return f"{expr:,.0f}" if expr.is_integer() else f"{expr:g}"
+    if not isinstance(expr, dict):
+        return repr(expr)
+    op = expr.get("op")
+
+    def sub(e) -> str:
+        text = describe_expr(e)
+        return f"({text})" if isinstance(e, dict) and e.get("op") in _INFIX else text
+
+    args = expr.get("args", [])
+    if op in _INFIX:
+        return _INFIX[op].join(sub(a) for a in args)
+    if op == "reduction_pct":
+        return f"100 * (1 - {sub(args[0])} / {sub(args[1])})"
+    if op == "bandwidth":
+        return f"bandwidth({expr.get('gpu')})"
+    model = _describe_model(expr.get("model"))
+    dtype = expr.get("kv_dtype", "bf16")
+    if op == "kv_bytes_per_token":
+        return f"kv_bytes_per_token({model}, {dtype}, {expr.get('layout', 'latent')})"
+    if op == "kv_cache_bytes":
+        return (f"kv_cache_bytes({model}, T={expr.get('context', 0):,}, B={expr.get('batch', 1):,}, {dtype}, "
+                f"{expr.get('layout', 'latent')})")
+    if op == "attention_intensity":
+        path = f", {expr['mla_path']}" if expr.get("mla_path") else ""
+        return f"attention_intensity({model}{path}, {dtype})"
+    if op == "gqa_groups_equivalent":
+        return f"gqa_groups_equivalent({model}, {dtype})"
+    return f"{op}(...)"

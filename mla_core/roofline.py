@@ -154,3 +154,45 @@ def attainable_flops(intensity: float, gpu: GPU, dtype: str = "bf16") -> float:
     if intensity < 0:
         raise MLAError("intensity must be non-negative")
     return min(gpu.peak_flops(dtype), gpu.bandwidth_Bps * intensity)
+
+
+def attention_roofline(
+    model: ModelSpec,
+    gpu: GPU,
+    *,
+    context: int,
+    batch: int = 1,
+    kv_dtype: str = "auto",
+    mla_path: str = "absorbed",
+    tp: int = 1,
+    dp_attention: bool = False,
+) -> dict:
+    """The attention of one decode step placed on `gpu`'s bf16 roofline (the roofline page's
+    points; the same attention time as `roofline()['attention_time_s']`).
+
+    Returns `decode_attention`'s fields (`attention_flops`, `attention_bytes`,
+    `attention_intensity_flop_per_byte`) plus `heads_per_gpu`, `bandwidth_Bps`, `peak_flops`
+    (bf16: attention runs at the KV/activation precision), `ridge_flop_per_byte`,
+    `attainable_flops` (min(peak, bandwidth * intensity), flop/s), `memory_time_s`
+    (bytes / bandwidth), `compute_time_s` (flops / peak), `attention_time_s` (the larger: a
+    lower bound on the time) and `bound` ('memory' or 'compute').
+    Raises MLAError on bad inputs or a GPU without published figures."""
+    from .kv import heads_per_gpu
+
+    att = decode_attention(model, context, batch, kv_dtype, mla_path, tp=tp, dp_attention=dp_attention)
+    bandwidth = gpu.bandwidth_Bps
+    peak = gpu.peak_flops("bf16")
+    t_mem = att["attention_bytes"] / bandwidth
+    t_compute = att["attention_flops"] / peak
+    return {
+        **att,
+        "heads_per_gpu": heads_per_gpu(model.attention.num_attention_heads, tp, dp_attention),
+        "bandwidth_Bps": bandwidth,
+        "peak_flops": peak,
+        "ridge_flop_per_byte": peak / bandwidth,
+        "attainable_flops": attainable_flops(att["attention_intensity_flop_per_byte"], gpu, "bf16"),
+        "memory_time_s": t_mem,
+        "compute_time_s": t_compute,
+        "attention_time_s": max(t_mem, t_compute),
+        "bound": "memory" if t_mem >= t_compute else "compute",
+    }

@@ -167,6 +167,15 @@ def format_seconds(s: float) -> str:
     return f"{s:.3g} s"
 
 
+def format_intensity(flop_per_byte: float) -> str:
+    """An arithmetic intensity: 241.7778 -> '241.8 flop/B', 1.0 -> '1.00 flop/B' (one decimal
+    from 10 up, two below; thousands separated)."""
+    x = flop_per_byte
+    if x != x or x in (float("inf"), float("-inf")):
+        return "n/a"
+    return f"{x:,.1f} flop/B" if abs(x) >= 10 else f"{x:.2f} flop/B"
+
+
 def floor_decimal_times(x: float | int, n: int, places: int = 9) -> int:
     """floor(x * n) with `x` taken as the decimal it prints as, to `places` decimals.
 

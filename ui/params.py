@@ -47,7 +47,7 @@ def _short(text: str) -> str:
 def int_parser(name: str, lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         t = text.strip().replace(",", "").replace("_", "")
-        if not t or len(t) > 40 or not t.lstrip("+-").isdigit():
+        if not t or len(t) > 40 or not t.isascii() or not t.lstrip("+-").isdigit():
             raise MLAError(f"{name} must be a whole number, got {_short(text)}")
         v = int(t)
         if not lo <= v <= hi:
@@ -180,6 +180,8 @@ _P = [
     Param("gpu_memory_gib", 0.0, float_parser("gpu_memory_gib", 0, 1e6), "0: the preset's memory"),
     Param("reserve_gib", 0.0, float_parser("reserve_gib", 0, 1e6)),
     Param("mla_path", "absorbed", choice_parser("mla_path", ("absorbed", "recompute", "expanded"))),
+    Param("peak_tflops", 0.0, float_parser("peak_tflops", 0, 1e6),
+          "typed dense bf16 peak (TFLOP/s) for a GPU with none published (Apple); 0: none"),
     # capacity comparison (configurations 2 and 3)
     *[p for i in (2, 3) for p in (
         Param(f"cmp{i}_model", "", choice_parser(f"cmp{i}_model", lambda: ["", *model_ids()])),
