@@ -1,0 +1,382 @@
+"""`python -m mla_core bench ...`: measure this device and write the result JSON.
+
+    python -m mla_core bench [--device auto|cpu|cuda|mps] [--quick] [--dtype auto|fp32|bf16|fp16]
+        [--batch B[,B...]] [--context N[,N...]] [--heads H] [--gqa-groups G]
+        [--kernels K[,K...]] [--reps R] [--budget-s S] [--stream-bytes SIZE] [--matmul-n N]
+        [--flush-bytes SIZE] [--threads N] [--skip-oversize] [--seed S] [--out FILE.json]
+        [--json] [--progress | --no-progress] [--save [--label TEXT]]
+    python -m mla_core bench --validate FILE.json
+
+A list of batches and contexts is a sweep (every decode kernel at every (B, T)); contexts take
+K and M suffixes (4K = 4096, 128K = 131072). The table goes to stdout (or the JSON with
+`--json`), a progress bar to stderr when it is a terminal. Bad requests exit with status 2 and
+one line on stderr: unknown flags or values, an unavailable device, shapes that would not fit
+in 80% of the device's free memory (refused before allocating), out-of-memory during the run,
+an unwritable --out, a run stopped by SIGTERM (e.g. `timeout`; its memory is freed first).
+Ctrl-C exits 130 after freeing the run's memory.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from ..errors import MLAError
+from .config import DEVICE_CHOICES, DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS
+
+PROG = "mla_core bench"
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # noqa: D102 - argparse hook: one line, no usage block
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+def _int_list(name: str, maximum: int, suffixes: bool = False):
+    units = {"K": 1024, "M": 1024 * 1024} if suffixes else {}
+
+    def parse(text: str) -> tuple[int, ...]:
+        out = []
+        for part in str(text).split(","):
+            t = part.strip().replace("_", "")
+            mult = 1
+            if t[-1:].upper() in units:
+                mult, t = units[t[-1].upper()], t[:-1]
+            if not t.isdigit() or len(t) > 12:
+                allowed = " (K, M suffixes allowed)" if suffixes else ""
+                raise argparse.ArgumentTypeError(f"{name} takes whole numbers{allowed} separated by commas, "
+                                                 f"got {_short(text)}")
+            v = int(t) * mult
+            if not 1 <= v <= maximum:
+                raise argparse.ArgumentTypeError(f"{name} must be between 1 and {maximum:,}, got {v:,}")
+            out.append(v)
+        if len(set(out)) != len(out):
+            raise argparse.ArgumentTypeError(f"{name} lists a value twice: {_short(text)}")
+        return tuple(out)
+
+    parse.__name__ = name
+    return parse
+
+
+def _int(name: str, minimum: int, maximum: int):
+    def parse(text: str) -> int:
+        t = str(text).strip().replace("_", "")
+        if not t.isdigit() or len(t) > 12:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}")
+        v = int(t)
+        if not minimum <= v <= maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be between {minimum:,} and {maximum:,}, got {v:,}")
+        return v
+
+    parse.__name__ = name
+    return parse
+
+
+def _size(name: str, minimum: int = 4096):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+    def parse(text: str) -> int:
+        t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+        mult = 1
+        if t[-1:] in units:
+            mult, t = units[t[-1]], t[:-1]
+        if not t.isdigit() or len(t) > 15:
+            raise argparse.ArgumentTypeError(f"{name} takes a size such as 512M or 2G, got {_short(text)}")
+        v = int(t) * mult
+        if not minimum <= v <= 1 << 40:
+            raise argparse.ArgumentTypeError(f"{name} must be between {minimum:,} bytes and 1024G, got {v:,} bytes")
+        return v
+
+    parse.__name__ = name
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--budget-s must be a number of seconds, got {_short(text)}") from None
+    if not 0 < v <= 3600:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"--budget-s must be in (0, 3600], got {_short(text)}")
+    return v
+
+
+def _kernels(text: str) -> tuple[str, ...]:
+    names = tuple(k.strip() for k in str(text).split(",") if k.strip())
+    for k in names:
+        if k not in KERNELS:
+            raise argparse.ArgumentTypeError(f"unknown kernel {_short(k)}; choose from {', '.join(KERNELS)}")
+    if not names:
+        raise argparse.ArgumentTypeError("--kernels needs at least one kernel")
+    return names
+
+
+def _short(text) -> str:
+    text = str(text)
+    return repr(text if len(text) <= 30 else text[:27] + "...")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Measure this device: copy/read bandwidth, matmul peak, and one decode step "
+                                      "of MHA, GQA, MQA and MLA (absorbed, recompute) at the same batch and context, "
+                                      "beside the roofline time predicted from the measured ceilings.")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="default auto: cuda, else mps, else cpu")
+    p.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions (about 10-20 s on a CPU)")
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
+                   help="default auto: bf16 on CUDA/ROCm, fp16 on MPS, fp32 on CPUs")
+    p.add_argument("--batch", "--batches", dest="batches", type=_int_list("--batch", MAX_BATCH), metavar="B[,B...]",
+                   help="sequences per step; a list makes a sweep")
+    p.add_argument("--context", "--contexts", dest="contexts", type=_int_list("--context", MAX_CONTEXT, True),
+                   metavar="N[,N...]", help="tokens cached per sequence (4K = 4096); a list makes a sweep")
+    p.add_argument("--heads", type=_int("--heads", 1, MAX_HEADS), help="query heads n_h of every decode kernel")
+    p.add_argument("--gqa-groups", type=_int("--gqa-groups", 1, MAX_HEADS), help="KV heads of gqa_decode (default 8)")
+    p.add_argument("--kernels", type=_kernels, metavar="K[,K...]", help=f"a subset of {','.join(KERNELS)}")
+    p.add_argument("--reps", type=_int("--reps", 1, 10_000), help="timed repetitions per point, at most")
+    p.add_argument("--stream-bytes", type=_size("--stream-bytes"), metavar="SIZE",
+                   help="bytes of one copy/read buffer, e.g. 2G (default: 4x the CPU cache or 2 GiB on GPUs)")
+    p.add_argument("--matmul-n", type=_int("--matmul-n", 1, 65536), help="matmul size n (n x n x n)")
+    p.add_argument("--flush-bytes", type=_size("--flush-bytes", minimum=0), metavar="SIZE",
+                   help="buffer zeroed between repetitions to clear caches (default: max(4x L2, 256M) on GPUs, "
+                        "0 on CPUs)")
+    p.add_argument("--budget-s", type=_seconds, metavar="S",
+                   help="seconds per point after which no more repetitions start (at least the minimum are run)")
+    p.add_argument("--threads", type=_int("--threads", 1, 4096), help="CPU threads for torch (default: torch's)")
+    p.add_argument("--seed", type=_int("--seed", 0, 2**31 - 1), help="seed of the random inputs (default 0)")
+    p.add_argument("--skip-oversize", action="store_true",
+                   help="in a sweep, skip points that do not fit in memory instead of refusing the run")
+    p.add_argument("--out", metavar="FILE.json", help="write the result JSON here")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of the table")
+    bar = p.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="progress bar on stderr (default: when stderr is a terminal)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--save", action="store_true", help="also save the run in the local history (SQLite)")
+    p.add_argument("--label", help="label of the saved run (with --save)")
+    p.add_argument("--validate", metavar="FILE.json", help="check a result file against the schema and exit")
+    return p
+
+
+class _Bar:
+    """A one-line progress bar on stderr (\\r-redrawn); cleared before any error line."""
+
+    def __init__(self, stream, enabled: bool):
+        self.stream = stream
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        self.drawn = False
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled:
+            return
+        width = 24
+        fill = int(width * done / max(total, 1))
+        text = f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} {time.perf_counter() - self.t0:5.1f}s {label}"
+        self.stream.write(text[:110].ljust(110))
+        self.stream.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * 110 + "\r")
+            self.stream.flush()
+            self.drawn = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (mla_core.cli dispatches `bench` here). Returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    bar = _Bar(sys.stderr, False)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.validate:
+            return _validate_file(args.validate)
+        if args.label is not None and not args.save:
+            raise _UsageError(f"{PROG}: error: --label needs --save")
+        overrides = {k: getattr(args, k) for k in ("batches", "contexts", "heads", "gqa_groups", "kernels", "reps",
+                                                   "threads", "seed", "stream_bytes", "matmul_n",
+                                                   "budget_s", "flush_bytes") if getattr(args, k) is not None}
+        if args.dtype != "auto":
+            overrides["dtype"] = args.dtype
+        if args.skip_oversize:
+            overrides["skip_oversize"] = True
+        if args.out:
+            _check_out(args.out)
+        try:
+            from .run import default_config, run_benchmark
+        except ImportError as e:  # torch missing or broken: the analytic commands still work
+            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
+
+        config = default_config(args.device, args.quick, **overrides)
+        bar.enabled = sys.stderr.isatty() if args.progress is None else args.progress
+        cancel = threading.Event()
+        with _cancel_on_sigterm(cancel):  # `timeout` and job schedulers stop us cleanly
+            result = run_benchmark(config, progress=bar, cancel=cancel)
+        bar.clear()
+        if args.out:
+            _write_json(args.out, result)
+        if args.save:
+            from . import history
+
+            run_id = history.save_run(result, source="local", label=args.label)
+            for notice in history.pop_notices():
+                print(f"{PROG}: note: {notice}", file=sys.stderr)
+            print(f"saved as run {run_id} in {history.default_path()}", file=sys.stderr)
+        out = json.dumps(result, indent=2) if args.json else render_table(result)
+        try:
+            print(out)
+            if args.out and not args.json:
+                print(f"wrote {args.out}")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        return 0
+    except _UsageError as e:
+        bar.clear()
+        print(_one_line(str(e)), file=sys.stderr)
+        return 2
+    except MLAError as e:
+        bar.clear()
+        print(_one_line(f"{PROG}: error: {e}"), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        bar.clear()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+@contextlib.contextmanager
+def _cancel_on_sigterm(cancel: threading.Event):
+    """While running, SIGTERM sets `cancel`: the run stops at the next repetition, frees its
+    memory and exits 2 with one line (only from the main thread, where signals arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda signum, frame: cancel.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:600]
+
+
+def _check_out(path: str) -> None:
+    """Refuse an --out that cannot be written, before spending minutes measuring."""
+    from .errors import BenchError
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise BenchError(f"--out {path} is a folder; give a file name")
+    if not os.path.isdir(folder):
+        raise BenchError(f"--out: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise BenchError(f"--out: folder {folder} is not writable")
+
+
+def _write_json(path: str, result: dict) -> None:
+    """Write atomically: a temporary file in the same folder, then rename over `path`."""
+    from .errors import BenchError
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(result, f, indent=2, allow_nan=False)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as e:
+        raise BenchError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _validate_file(path: str) -> int:
+    from .errors import BenchError
+    from .schema import MAX_RESULT_BYTES, validate_result
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RESULT_BYTES + 1)
+    except OSError as e:
+        raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
+    data = validate_result(raw)
+    print(f"{path}: valid result (schema_version {data['schema_version']}, {len(data['results'])} results, "
+          f"{data['device']['name']})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _shape_text(r: dict) -> str:
+    s = r["shape"]
+    if "batch" in s:
+        kv = f" kv{s['kv_heads']}" if "kv_heads" in s else ""
+        return f"B{s['batch']} T{s['context']} h{s['heads']}{kv}"
+    if "m" in s:
+        return f"{s['m']}^3"
+    from ..units import format_bytes
+
+    return format_bytes(s["buffer_bytes"])
+
+
+def render_table(result: dict) -> str:
+    """The result as a fixed-width table with units (GB/s = 1e9 B/s, TFLOP/s = 1e12 flop/s)."""
+    from ..units import format_bytes, format_seconds
+
+    d = result["device"]
+    lines = [f"device: {d['name']} ({d['kind']}{'/' + d['backend'] if d['backend'] != d['kind'] else ''}), "
+             f"torch {d['torch_version']}, {d['dtype']}"
+             + (f", {d['threads']} threads" if d.get("threads") else "")
+             + (f", free {format_bytes(d['free_memory_bytes'])}" if d.get("free_memory_bytes") else "")
+             + (f"; other processes kept {d['other_cpus_busy']:.2f} CPUs busy" if d.get("other_cpus_busy") else ""),
+             f"peak bound: {d['peak_bandwidth_GBps']:,.0f} GB/s, {d['peak_TFLOPs']:,.1f} TFLOP/s ({d['peak_source']})"]
+    header = ("kernel", "shape", "median", "best", "GB/s", "TFLOP/s", "predicted", "meas/pred", "note")
+    rows = []
+    for r in result["results"]:
+        pred = r.get("predicted_s")
+        note = []
+        if r.get("max_rel_err") is not None:
+            note.append(f"rel.err {r['max_rel_err']:.1e}")
+        if r.get("predicted_bound"):
+            note.append(f"{r['predicted_bound']} bound")
+        if r.get("reference_GBps"):
+            note.append(f"numpy copyto {r['reference_GBps']:,.1f} GB/s")
+        if any(n.startswith("unsteady") for n in r.get("notes", [])):
+            note.append("unsteady")
+        rows.append((r["kernel"], _shape_text(r), format_seconds(r["median_s"]), format_seconds(r["min_s"]),
+                     f"{r['achieved_GBps']:,.1f}", f"{r['achieved_TFLOPs']:,.3f}",
+                     format_seconds(pred) if pred else "-", f"{r['median_s'] / pred:.2f}x" if pred else "-",
+                     ", ".join(note)))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    fmt = lambda row: "  ".join(c.ljust(w) if i in (0, 1, 8) else c.rjust(w)  # noqa: E731
+                                for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    lines += ["", fmt(header), fmt(tuple("-" * w for w in widths))] + [fmt(row) for row in rows]
+    for e in result.get("timing_errors", []):
+        lines.append(f"NOT SHOWN {e['kernel']} {_shape_text(e)}: {e['reason']}")
+    for s in result.get("skipped", []):
+        lines.append(f"skipped {s['kernel']} {_shape_text(s)}: {s['reason']}")
+    c = result.get("ceilings") or {}
+    if c.get("predicted_from"):
+        lines.append(f"predicted = max(bytes / {c.get('read_GBps') or c.get('copy_GBps'):,.1f} GB/s, "
+                     f"flops / {c['matmul_TFLOPs']:,.3f} TFLOP/s): {c['predicted_from']}")
+    lines += [f"note: {n}" for n in result.get("notes", [])]
+    lines.append(f"wall time {result.get('wall_s', 0):.1f} s")
+    return "\n".join(lines)

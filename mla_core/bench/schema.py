@@ -1,0 +1,130 @@
+"""Check a result JSON (one this package wrote, or one a user imports) against its schema.
+
+The schema is `result.schema.json` beside this file (JSON Schema 2020-12, checked with the
+`jsonschema` library). On top of it: at most 1 MiB, no NaN or Infinity anywhere (JSON has
+none; Python's json module would accept them), `min_s <= median_s`. No torch here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from .errors import InvalidResult
+
+SCHEMA_VERSION = 1
+MAX_RESULT_BYTES = 1 << 20  # 1 MiB: a 64-point sweep of every kernel is ~250 KiB
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "result.schema.json")
+
+_validator = None
+
+
+def result_schema() -> dict:
+    """The result JSON Schema as a dict (a fresh copy)."""
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _get_validator():
+    global _validator
+    if _validator is None:
+        from jsonschema import Draft202012Validator
+
+        schema = result_schema()
+        Draft202012Validator.check_schema(schema)
+        _validator = Draft202012Validator(schema)
+    return _validator
+
+
+def _reject_constant(name: str):
+    raise InvalidResult(f"result JSON holds {name}, which is not a number JSON allows")
+
+
+def _no_dupes(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise InvalidResult(f"result JSON repeats the key {k[:40]!r}")
+        out[k] = v
+    return out
+
+
+def validate_result(obj) -> dict:
+    """Return `obj` (a dict, or JSON text as str/bytes) as a checked result dict.
+
+    Raises InvalidResult (a BenchError; one line naming the first problem and where it is):
+    over 1 MiB, not UTF-8, not JSON, NaN/Infinity, a negative or zero time, an unknown kernel,
+    a wrong type, a missing or unknown field, `min_s` above `median_s`.
+    """
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        raw = bytes(obj)
+        if len(raw) > MAX_RESULT_BYTES:
+            raise InvalidResult(f"result JSON is {len(raw):,} bytes; the limit is {MAX_RESULT_BYTES:,} (1 MiB)")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise InvalidResult("result JSON is not UTF-8 text") from None
+        obj = text
+    if isinstance(obj, str):
+        if len(obj.encode("utf-8", "surrogatepass")) > MAX_RESULT_BYTES:
+            raise InvalidResult(f"result JSON is over {MAX_RESULT_BYTES:,} bytes (1 MiB)")
+        try:
+            data = json.loads(obj, parse_constant=_reject_constant, object_pairs_hook=_no_dupes)
+        except InvalidResult:
+            raise
+        except (ValueError, RecursionError) as e:
+            raise InvalidResult(f"result file is not JSON: {str(e).splitlines()[0][:120]}") from None
+    elif isinstance(obj, dict):
+        _check_finite(obj, "$")
+        try:
+            size = len(json.dumps(obj, allow_nan=False).encode("utf-8"))
+        except (TypeError, ValueError) as e:
+            raise InvalidResult(f"result is not JSON-able: {str(e)[:120]}") from None
+        if size > MAX_RESULT_BYTES:
+            raise InvalidResult(f"result JSON is {size:,} bytes; the limit is {MAX_RESULT_BYTES:,} (1 MiB)")
+        data = json.loads(json.dumps(obj))  # a private copy: the caller's dict is not kept
+    else:
+        raise InvalidResult(f"a result must be a JSON object (dict, str or bytes), got {type(obj).__name__}")
+    if not isinstance(data, dict):
+        raise InvalidResult(f"result JSON must be an object, got {type(data).__name__}")
+    _check_finite(data, "$")
+    error = _first_error(data)
+    if error is not None:
+        raise InvalidResult(error)
+    for i, r in enumerate(data["results"]):
+        if r["min_s"] > r["median_s"]:
+            raise InvalidResult(f"results[{i}]: min_s {r['min_s']:g} is above median_s {r['median_s']:g}")
+    return data
+
+
+def _check_finite(x, where: str, depth: int = 0) -> None:
+    if depth > 32:
+        raise InvalidResult(f"result JSON is nested too deeply at {where}")
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise InvalidResult(f"{where}: {x!r} is not a finite number")
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            if not isinstance(k, str):
+                raise InvalidResult(f"{where}: key {k!r} is not a string")
+            _check_finite(v, f"{where}.{k[:40]}", depth + 1)
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            _check_finite(v, f"{where}[{i}]", depth + 1)
+
+
+def _first_error(data: dict) -> str | None:
+    from jsonschema.exceptions import best_match
+
+    errors = list(_get_validator().iter_errors(data))
+    if not errors:
+        return None
+    err = best_match(errors)
+    # Descend into oneOf/anyOf/if-then contexts to the most specific message.
+    while err.context:
+        err = best_match(err.context)
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".") or "top level"
+    message = " ".join(err.message.split())
+    if len(message) > 200:
+        message = message[:197] + "..."
+    return f"result JSON, {path}: {message}"
