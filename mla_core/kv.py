@@ -240,8 +240,9 @@ def compare_variants(
 
     Each row: `variant`, `kind`, `is_model` (the row is the model as configured), `kv_heads`
     (KV heads, or None for the latent), `kv_dtype` (stored), `kv_bytes_per_token`,
-    `kv_cache_bytes`, `vs_mha` (MHA bytes / this), `gqa_groups_equivalent` (this cache as a
-    number of GQA groups: bytes / bytes of one K+V head of d_h).
+    `kv_cache_bytes`, `vs_mha` (MHA bytes / this), `vs_mla_latent` (this / the MLA latent's
+    bytes), `gqa_groups_equivalent` (this cache as a number of GQA groups: bytes / bytes of one
+    K+V head of d_h).
     The MHA baseline for an MLA model uses d_h = qk_nope_head_dim (DeepSeek-V2 Table 1).
     """
     rows = []
@@ -263,4 +264,7 @@ def compare_variants(
             "vs_mha": mha_bytes / per_token,
             "gqa_groups_equivalent": per_token / one_head,
         })
+    latent = next(r["kv_bytes_per_token"] for r in rows if r["variant"] == "MLA (latent)")
+    for r in rows:
+        r["vs_mla_latent"] = r["kv_bytes_per_token"] / latent
     return rows

@@ -154,7 +154,7 @@ mla_row = by_name["MLA (latent)"]
 sentence = (f"**MLA = GQA with {mla_row['gqa_groups_equivalent']:.3g} groups**: the latent is "
             f"{mla_row['vs_mha']:.1f}x smaller than MHA")
 if "MLA expanded" in by_name:
-    sentence += (f", and {by_name['MLA expanded']['kv_bytes_per_token'] / mla_row['kv_bytes_per_token']:.1f}x "
+    sentence += (f", and {by_name['MLA expanded']['vs_mla_latent']:.1f}x "
                  "smaller than the expanded per-head cache an MLA-unaware engine keeps")
 st.markdown(sentence + ".")
 st.caption("Convention: same layers, query heads and windows; the MHA, GQA and MQA rows use d_h "

@@ -186,6 +186,7 @@ def test_compare_variants_deepseek_v3():
     assert rows["MQA"]["kv_bytes_per_token"] == 2 * 128 * 2 * 61
     assert rows["GQA-8"]["kv_bytes_per_token"] == 8 * rows["MQA"]["kv_bytes_per_token"]
     assert rows["MLA expanded"]["kv_bytes_per_token"] == 4997120
+    assert rows["MLA expanded"]["vs_mla_latent"] == pytest.approx(4997120 / 70272)  # 71.1x
 
 
 def test_compare_variants_gqa_model_gets_table1_mla():
