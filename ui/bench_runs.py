@@ -1,0 +1,193 @@
+"""Benchmark runs in background threads for the app's sessions (no streamlit, no torch here).
+
+`mla_core.bench.run_benchmark` blocks for seconds to minutes and holds a process-wide lock (one
+run at a time: two runs would measure each other). The benchmark page starts a run as a `Job`
+in a thread of the server process, and every session polls the one server-wide `registry()`:
+
+- one job per session (`owner`, a random token the page keeps in its session state);
+- a job whose run cannot take the lock yet waits ("waiting"), re-trying every
+  `LOCK_POLL_S` until the lock is free, `MAX_WAIT_S` passes or it is cancelled; at most
+  `MAX_ACTIVE` jobs wait or run at once;
+- `progress(done, total, label)` from the run moves the job to "running" and records where
+  it is; `cancel(owner)` sets the job's event: the run stops at its next repetition and frees
+  its tensors (mla_core.bench.run), a waiting job never starts;
+- a finished run is saved to the history (`mla_core.bench.history.save_run`, source 'local')
+  by the thread itself, so that it is kept even if its session has gone;
+- `take(owner)` hands a finished job to its session once; finished jobs nobody took are
+  dropped after `KEEP_FINISHED_S`.
+torch is imported by the worker thread only (through mla_core.bench.run).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+from mla_core.errors import MLAError
+
+ACTIVE = ("waiting", "running")
+FINISHED = ("done", "failed", "cancelled")
+MAX_ACTIVE = 4  # jobs waiting or running at once, all sessions together
+MAX_WAIT_S = 1800.0  # a waiting job gives up after this
+LOCK_POLL_S = 0.5  # how long one attempt waits for the benchmark lock
+KEEP_FINISHED_S = 3600.0
+
+
+@dataclasses.dataclass
+class Job:
+    """One requested run. `config` is a checked `mla_core.bench.BenchConfig`."""
+
+    owner: str
+    config: Any
+    label: str | None = None
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    state: str = "waiting"  # waiting | running | done | failed | cancelled
+    done: int = 0  # points finished (the run's progress callback)
+    total: int = 0  # points in the run (0 until it starts)
+    step: str = ""  # the point being measured
+    started_at: float = dataclasses.field(default_factory=time.time)
+    finished_at: float | None = None
+    result: dict | None = None
+    run_id: int | None = None  # history id of the saved result
+    error: str | None = None  # why it failed or was cancelled (one line)
+    save_error: str | None = None  # the run finished but could not be saved
+    thread: threading.Thread | None = dataclasses.field(default=None, repr=False)
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text[:limit] + ("..." if len(text) > limit else "")
+
+
+class Registry:
+    """The server's benchmark jobs (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+
+    # -- reading ---------------------------------------------------------------------------------
+    def job(self, owner: str) -> Job | None:
+        """A copy of `owner`'s job, or None."""
+        with self._lock:
+            j = self._jobs.get(owner)
+            return dataclasses.replace(j) if j is not None else None
+
+    def active(self) -> list[Job]:
+        """Copies of the jobs waiting or running, oldest first."""
+        with self._lock:
+            self._prune()
+            return [dataclasses.replace(j) for j in sorted(self._jobs.values(), key=lambda j: j.started_at)
+                    if j.state in ACTIVE]
+
+    def running(self) -> Job | None:
+        """A copy of the job whose run holds the benchmark lock now, or None."""
+        return next((j for j in self.active() if j.state == "running"), None)
+
+    # -- changing --------------------------------------------------------------------------------
+    def start(self, owner: str, config, label: str | None = None) -> Job:
+        """Start `owner`'s run of `config` in a thread. Raises MLAError when the owner has a job
+        waiting or running, or when MAX_ACTIVE jobs already are."""
+        with self._lock:
+            self._prune()
+            mine = self._jobs.get(owner)
+            if mine is not None and mine.state in ACTIVE:
+                raise MLAError("this session already has a benchmark waiting or running; cancel it first")
+            if sum(j.state in ACTIVE for j in self._jobs.values()) >= MAX_ACTIVE:
+                raise MLAError(f"{MAX_ACTIVE} benchmarks are already waiting or running on this server; "
+                               "try again when one has finished")
+            job = Job(owner=owner, config=config, label=label)
+            job.thread = threading.Thread(target=self._work, args=(job,), name=f"mla-bench-{owner[:8]}",
+                                          daemon=True)
+            self._jobs[owner] = job
+        job.thread.start()
+        return dataclasses.replace(job)
+
+    def cancel(self, owner: str) -> bool:
+        """Ask `owner`'s waiting or running job to stop; True if there was one."""
+        with self._lock:
+            j = self._jobs.get(owner)
+            if j is None or j.state not in ACTIVE:
+                return False
+            j.cancel.set()
+            return True
+
+    def take(self, owner: str) -> Job | None:
+        """`owner`'s finished job, removed from the registry (once); None while it is still
+        waiting or running, or when there is none."""
+        with self._lock:
+            j = self._jobs.get(owner)
+            if j is None or j.state not in FINISHED:
+                return None
+            del self._jobs[owner]
+            return j
+
+    def join(self, owner: str, timeout: float | None = None) -> bool:
+        """Wait for `owner`'s job thread to end (tests, shutdown); True when it has."""
+        with self._lock:
+            j = self._jobs.get(owner)
+        if j is None or j.thread is None:
+            return True
+        j.thread.join(timeout)
+        return not j.thread.is_alive()
+
+    def _prune(self) -> None:
+        now = time.time()
+        for owner in [o for o, j in self._jobs.items()
+                      if j.state in FINISHED and j.finished_at and now - j.finished_at > KEEP_FINISHED_S]:
+            del self._jobs[owner]
+
+    # -- the worker ------------------------------------------------------------------------------
+    def _set(self, job: Job, **changes) -> None:
+        with self._lock:
+            for k, v in changes.items():
+                setattr(job, k, v)
+
+    def _work(self, job: Job) -> None:
+        from mla_core.bench import history
+        from mla_core.bench.errors import BenchBusy, BenchCancelled
+
+        def progress(done: int, total: int, label: str) -> None:
+            self._set(job, state="running", done=done, total=total, step=str(label)[:120])
+
+        deadline = time.monotonic() + MAX_WAIT_S
+        try:
+            try:
+                from mla_core.bench import run as bench_run  # imports torch, in this thread only
+            except ImportError as e:
+                raise MLAError(f"the benchmark needs torch ({e}); pip install -r requirements.txt") from None
+            while True:
+                if job.cancel.is_set():
+                    raise BenchCancelled("benchmark cancelled before it started; nothing was allocated")
+                try:
+                    # Looked up at call time, so that tests can replace run_benchmark.
+                    result = bench_run.run_benchmark(job.config, progress=progress, cancel=job.cancel,
+                                                     wait=LOCK_POLL_S)
+                    break
+                except BenchBusy:
+                    if time.monotonic() > deadline:
+                        raise BenchBusy(f"waited {MAX_WAIT_S / 60:.0f} minutes for the other benchmark to finish; "
+                                        "try again later") from None
+            run_id, save_error = None, None
+            try:
+                run_id = history.save_run(result, source="local", label=job.label)
+            except MLAError as e:
+                save_error = _one_line(e)
+            self._set(job, result=result, run_id=run_id, save_error=save_error, state="done")
+        except BenchCancelled as e:
+            self._set(job, state="cancelled", error=_one_line(e))
+        except MLAError as e:
+            self._set(job, state="failed", error=_one_line(e))
+        except Exception as e:  # noqa: BLE001 - a bug in a thread: keep the server up, say what happened
+            self._set(job, state="failed", error=_one_line(f"the benchmark failed: {type(e).__name__}: {e}"))
+        finally:
+            self._set(job, finished_at=time.time())
+
+
+_REGISTRY = Registry()
+
+
+def registry() -> Registry:
+    """The server process's registry (one per process: the benchmark lock is per process too)."""
+    return _REGISTRY
