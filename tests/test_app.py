@@ -200,3 +200,24 @@ def test_encoded_config_round_trips_every_preset():
         cfg = entry["config"]
         back = parse_config(params.decode_config(params.encode_config(cfg)), name=preset_id)
         assert back == parse_config(cfg, name=preset_id), preset_id
+
+
+def test_analytic_pages_never_import_torch():
+    """Every analytic page, in a fresh interpreter (other tests here may have loaded torch)."""
+    import subprocess
+    import sys
+
+    from apptest_util import ROOT
+
+    code = (
+        "import sys, json\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from apptest_util import app\n"
+        "at = app(model='deepseek-v3').run()\n"
+        "for p in ['pages/capacity.py', 'pages/roofline.py', 'pages/claims.py', 'pages/kv_cache.py']:\n"
+        "    at.switch_page(p).run()\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'exc': [e.value for e in at.exception]}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out == {"torch": False, "exc": []}, p.stderr[-2000:]
