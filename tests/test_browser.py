@@ -85,6 +85,16 @@ def shots(tmp_path_factory):
     return folder
 
 
+def _shoot(page, path):
+    """A screenshot of the whole page: Streamlit scrolls inside its main block, so the viewport
+    is grown to that block's height first (capped)."""
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    width = page.viewport_size["width"]
+    page.set_viewport_size({"width": width, "height": max(900, min(int(height) + 40, 6000))})
+    time.sleep(1.5)  # let Plotly re-layout
+    page.screenshot(path=path, full_page=True)
+
+
 def _settle(page, timeout_s=45):
     """Wait until Streamlit has finished running the script and the page stopped changing."""
     page.wait_for_selector('[data-testid="stMain"]', timeout=timeout_s * 1000)
@@ -124,7 +134,7 @@ def test_page_in_a_real_browser(server, browser, shots, path, name, texts):
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server}/{path}?{LINK}", wait_until="domcontentloaded")
     text = _settle(page)
-    page.screenshot(path=os.path.join(shots, f"{name}.png"), full_page=True)
+    _shoot(page, os.path.join(shots, f"{name}.png"))
     assert page.locator('[data-testid="stException"]').count() == 0, text[:2000]
     assert page.get_by_text("Page not found").count() == 0, f"{name}: the deep link was not resolved"
     assert page.locator(".js-plotly-plot").count() >= 1, f"no Plotly chart on {name}"
