@@ -117,8 +117,8 @@ m1.metric("KV bytes per token", format_bytes(report["kv_bytes_per_token"]),
           help=f"{report['kv_bytes_per_token']:,} B: one new token, all layers, before any window cap")
 m2.metric("Per token per layer", format_bytes(report["kv_bytes_per_token_per_layer"]),
           help=f"{report['kv_bytes_per_token_per_layer']:,} B")
-m3.metric(f"Per sequence ({format_tokens(T)})", format_bytes(report["kv_cache_bytes_per_sequence"]),
-          help=f"{report['kv_cache_bytes_per_sequence']:,} B")
+m3.metric("Per sequence", format_bytes(report["kv_cache_bytes_per_sequence"]),
+          help=f"{report['kv_cache_bytes_per_sequence']:,} B for one sequence of {T:,} tokens")
 m4.metric(f"Batch of {B:,}", format_bytes(report["kv_cache_bytes"]), help=f"{report['kv_cache_bytes']:,} B")
 
 # --- the same width as MHA, GQA, MQA and MLA ----------------------------------------------------
