@@ -53,7 +53,7 @@ with st.sidebar:
                     key="context", help="T: tokens held per sequence. Any whole number up to 10^15.")
     st.pills("Quick context", [4096, 32768, 131072, 1048576], key="_context_pick", on_change=_pick_context,
              format_func=format_tokens, label_visibility="collapsed")
-    st.number_input("Batch, sequences", min_value=1, max_value=10**6, step=1, key="batch")
+    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
     gpu_labels = models.gpu_labels()
     st.selectbox("GPU", list(gpu_labels), key="gpu", format_func=lambda k: gpu_labels.get(k, k))
     st.toggle("Presentation mode", key="present",

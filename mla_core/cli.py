@@ -296,7 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "json", False):
             import json
 
-            print(json.dumps(result, indent=2))
+            try:
+                text = json.dumps(result, indent=2, allow_nan=False)
+            except ValueError:
+                print(f"{PROG} {argv[0]}: error: the inputs give a figure that is not finite", file=sys.stderr)
+                return 2
+            print(text)
         else:
             print(render_table(args.command, result))
         sys.stdout.flush()

@@ -165,8 +165,9 @@ def _json_type(v) -> str:
 class _Reader:
     """Typed field access over one config dict, with the messages users see."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, where: str = "config.json"):
         self.cfg = cfg
+        self.where = where
 
     def raw(self, field: str):
         for key in FIELD_ALIASES.get(field, (field,)):
@@ -178,7 +179,7 @@ class _Reader:
         key, v = self.raw(field)
         if v is None:
             if required:
-                raise ConfigError(f"config.json is missing {field}")
+                raise ConfigError(f"{self.where} is missing {field}")
             return None
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(f"{key} must be an integer, got {_json_type(v)} {_short(v)}")
@@ -186,7 +187,7 @@ class _Reader:
             what = "positive" if minimum == 1 else f"at least {minimum}"
             raise ConfigError(f"{key} must be {what}, got {v}")
         if v > maximum:
-            raise ConfigError(f"{key} = {v} is larger than any model this tool accepts (max {maximum:,})")
+            raise ConfigError(f"{key} = {_short(v)} is larger than any model this tool accepts (max {maximum:,})")
         return v
 
     def bool_(self, field: str, default: bool | None = None):
@@ -238,7 +239,8 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
             if key not in merged and key in top:
                 merged[key] = top[key]
         cfg = merged
-    r = _Reader(cfg)
+    where = "config.json's text_config" if cfg is not top else "config.json"
+    r = _Reader(cfg, where)
     notes: list[str] = []
 
     model_type = r.str_("model_type") or "unknown"
@@ -251,7 +253,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
     }
     if missing:
         cfg = {**cfg, **missing}
-        r = _Reader(cfg)
+        r = _Reader(cfg, where)
         notes += [f"{key} absent: {model_type}'s default {value} used" for key, value in missing.items()]
     if name is None:
         name_or_path = cfg.get("_name_or_path")

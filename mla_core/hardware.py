@@ -62,10 +62,11 @@ def custom_gpu(memory_gib: float, bandwidth_TBps: float | None = None, bf16_TFLO
     """A GPU with typed figures; figures not given come from `base` (a preset) when there is one.
     Raises MLAError on a non-positive or non-finite figure."""
     check_real("GPU memory (GiB)", memory_gib, minimum=0, exclusive_minimum=True, maximum=1e7)
+    # At least 1 MB/s and 1 MFLOP/s: below that no device exists and times overflow to infinity.
     for label, v in (("bandwidth (TB/s)", bandwidth_TBps), ("bf16 peak (TFLOP/s)", bf16_TFLOPS),
                      ("fp8 peak (TFLOP/s)", fp8_TFLOPS)):
         if v is not None:
-            check_real(label, v, minimum=0, exclusive_minimum=True, maximum=1e7)
+            check_real(label, v, minimum=1e-6, maximum=1e7)
     return GPU(
         id="custom" if base is None else f"{base.id}-custom",
         name=f"{memory_gib:g} GiB device" if base is None else f"{base.name} ({memory_gib:g} GiB)",

@@ -231,6 +231,16 @@ def synthetic_model(
 
     if attention not in ATTENTION_KINDS:
         raise MLAError(f"unknown --attention {attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+    if attention != "mla":
+        given = [n for n, x in (("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim), ("nope_dim", nope_dim),
+                                ("v_dim", v_dim)) if x is not None]
+        if given:
+            raise MLAError(f"{', '.join(given)} set the MLA latent: use them with --attention mla, not {attention}")
+    from .config import MAX_WIDTH
+
+    for n, x in (("heads", heads), ("head_dim", head_dim)):
+        if isinstance(x, int) and not isinstance(x, bool) and x > MAX_WIDTH:
+            raise MLAError(f"{n} = {x:,} is larger than any model this tool accepts (max {MAX_WIDTH:,})")
     d_h = head_dim if head_dim is not None else 128
     cfg: dict = {
         "model_type": f"synthetic_{attention}",

@@ -103,6 +103,8 @@ def format_bytes(n: int | float) -> str:
     if n != n:  # NaN
         return "n/a"
     sign = "-" if n < 0 else ""
+    if isinstance(n, int) and abs(n) >= 1024**9:  # past YiB, and maybe past a float's range
+        return f"{sign}{_big(abs(n), 1024**8)} YiB"
     x = float(abs(n))
     if x < 1024:
         return f"{sign}{int(abs(n)) if float(n).is_integer() else round(x, 2):,} B"
@@ -123,6 +125,15 @@ def format_bytes(n: int | float) -> str:
 _DECIMAL = ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K"))
 
 
+def _big(n: int, unit: int) -> str:
+    """n / unit with three significant figures, exact for ints of any size ('8.27e+375')."""
+    q = n // unit
+    if q < 10**15:
+        return f"{n / unit:,.0f}"
+    digits = str(q)
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+
+
 def format_count(n: int | float) -> str:
     """A count in decimal units with up to three significant figures: 1_500_000 -> '1.5M'.
 
@@ -130,6 +141,8 @@ def format_count(n: int | float) -> str:
     """
     sign = "-" if n < 0 else ""
     x = abs(n)
+    if isinstance(x, int) and x >= 10**15:
+        return f"{sign}{_big(x, 10**12)}T"
     for scale, suffix in _DECIMAL:
         if x >= scale * 0.9995:
             v = x / scale

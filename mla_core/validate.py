@@ -39,10 +39,18 @@ def check_real(name: str, value, *, minimum: float | None = None, maximum: float
     if not math.isfinite(x):
         raise MLAError(f"{name} must be a finite number, got {_short(value)}")
     if minimum is not None and (x <= minimum if exclusive_minimum else x < minimum):
-        raise MLAError(f"{name} must be {'greater than' if exclusive_minimum else 'at least'} {minimum:g}, got {x:g}")
+        raise MLAError(f"{name} must be {'greater than' if exclusive_minimum else 'at least'} {_num(minimum)}, "
+                       f"got {_num(x)}")
     if maximum is not None and x > maximum:
-        raise MLAError(f"{name} must be at most {maximum:g}, got {x:g}")
+        raise MLAError(f"{name} must be at most {_num(maximum)}, got {_num(x)}")
     return x
+
+
+def _num(x: float) -> str:
+    """A number as a person reads it: 1000000001 -> '1,000,000,001', 0.9 -> '0.9'."""
+    if x == int(x) and abs(x) < 1e21:
+        return f"{int(x):,}"
+    return f"{x:.6g}"
 
 
 def check_choice(name: str, value, choices) -> str:

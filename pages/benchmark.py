@@ -404,7 +404,7 @@ else:
     if shown is None:
         st.error(escape_md(shown_error or "that result could not be read", 400))
 
-if shown is not None:
+def _render_shown(shown: dict) -> None:
     dev = shown["device"]
     facts = [f"{dev['kind']}" + (f"/{dev['backend']}" if dev.get("backend") not in (None, dev["kind"]) else ""),
              f"torch {dev['torch_version']}", dev["dtype"]]
@@ -566,6 +566,14 @@ if shown is not None:
         fig2.update_layout(barmode="group", legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
                            margin={"b": 110})
         charts.show(fig2, "benchmark-predicted-vs-measured", key="_bench_pred_chart")
+
+if shown is not None:
+    try:
+        _render_shown(shown)
+    except (MLAError, ArithmeticError, ValueError, TypeError, KeyError) as e:
+        # A stored run that cannot be drawn must not take the page (and its History) down.
+        st.error(escape_md(f"This run cannot be shown ({type(e).__name__}: {e}); pick another, or delete it below.", 400))
+
 
 # --- compare devices -----------------------------------------------------------------------------------------
 st.subheader("Compare devices")

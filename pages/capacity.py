@@ -109,16 +109,16 @@ with st.expander("Deployment: GPUs, parallelism, dtypes and memory (configuratio
 
 kv_dtype, dtype_warning = models.kv_dtype_for(model, v["kv_dtype"])
 if dtype_warning:
-    st.warning(dtype_warning)
+    st.warning(escape_md(dtype_warning, 400))
 try:
     gpu = models.current_gpu(v)
 except MLAError as e:
-    st.warning(f"{e}; the preset's memory is used.")
+    st.warning(escape_md(f"{e}; the preset's memory is used.", 400))
     gpu = models.gpu_preset(v["gpu"])
 tp = v["tp"]
 num_gpus, parallel_error = _check_parallel(v["num_gpus"], tp, "Configuration 1")
 if parallel_error:
-    st.error(parallel_error)
+    st.error(escape_md(parallel_error, 400))
 dp = v["dp_attention"]
 shared = dict(
     context=T,
@@ -131,7 +131,7 @@ base = dict(shared, gpu=gpu, num_gpus=num_gpus, tp=tp, kv_dtype=kv_dtype)
 try:
     by_mode = {mode: capacity(model, dp_attention=mode, **base) for mode in (False, True)}
 except MLAError as e:
-    st.error(str(e))
+    st.error(escape_md(str(e), 400))
     st.stop()
 main = by_mode[dp]
 
@@ -274,7 +274,7 @@ try:
     rows = capacity_variants(model, dp_attention=dp, gqa_groups=groups, **base)
     specs = variant_specs(model, kv_dtype, gqa_groups=groups)
 except MLAError as e:
-    st.error(str(e))
+    st.error(escape_md(str(e), 400))
     st.stop()
 st.caption(
     "Each row is the whole model with that attention: its own projections set its weights and so its KV budget; "
@@ -343,7 +343,7 @@ if model.is_mla:
     try:
         waste = {mode: allocator_waste(model, dp_attention=mode, **base) for mode in (False, True)}
     except MLAError as e:
-        st.error(str(e))
+        st.error(escape_md(str(e), 400))
         st.stop()
     w = waste[dp]
     heads = heads_per_gpu(a.num_attention_heads, tp, dp)
@@ -449,7 +449,7 @@ for c, col in zip(configs, cols):
         else:
             st.markdown(f"**Configuration {c['i']}**")
         for kind, text in c["messages"]:
-            (st.error if kind == "error" else st.warning)(text)
+            (st.error if kind == "error" else st.warning)(escape_md(text, 400))
         if "result" not in c:
             continue
         r = c["result"]

@@ -31,7 +31,7 @@ def _claims() -> list[dict]:
 try:
     claims = _claims()
 except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
-    st.error(f"The claims in data/claims.json could not be evaluated: {e}")
+    st.error(escape_md(f"The claims in data/claims.json could not be evaluated: {e}", 400))
     st.stop()
 
 with st.expander("Conventions this tool uses", expanded=not present):

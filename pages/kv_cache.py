@@ -8,7 +8,7 @@ from mla_core.errors import MLAError
 from mla_core.kv import (compare_variants, default_gqa_groups, gqa_group_choices, kv_report, variant_specs)
 from mla_core.sweeps import kv_cache_bytes_vs_context, log_contexts
 from mla_core.units import GiB, format_bytes, format_tokens
-from ui import charts, models, params, state
+from ui import charts, models, params, state, text
 from ui.text import escape_md
 
 v = state.values()
@@ -84,12 +84,12 @@ with st.expander("Model: upload or paste a config.json, or set the architecture 
         b2.button("Start from the current model", on_click=_start_from_current)
 
 if st.session_state.get("_model_error"):
-    st.error(st.session_state["_model_error"])
+    text.error(st.session_state["_model_error"])
 
 model = models.current_model()
 kv_dtype, dtype_warning = models.kv_dtype_for(model, v["kv_dtype"])
 if dtype_warning:
-    st.warning(dtype_warning)
+    text.warning(dtype_warning)
 layout = v["cache_layout"] if model.is_mla else "latent"
 if layout == "expanded" and kv_dtype == "fp8_ds_mla":
     st.warning("fp8_ds_mla stores the latent only; the latent layout is shown.")
@@ -100,7 +100,7 @@ T, B = v["context"], v["batch"]
 try:
     report = kv_report(model, T, B, kv_dtype, layout, block)
 except MLAError as e:
-    st.error(str(e))
+    text.error(e)
     st.stop()
 
 a = model.attention
@@ -126,13 +126,15 @@ st.subheader("The same width, four ways")
 with st.expander("Comparison settings", expanded=not present):
     c1, c2, c3, c4, c5 = st.columns(5)
     choices = gqa_group_choices(model)
-    if v["gqa_groups"] not in choices:
+    if v["gqa_groups"] not in (0, *choices):
+        text.warning(f"GQA groups {v['gqa_groups']} does not divide the {a.num_attention_heads} query heads of "
+                     f"{model.name}; the default is used.")
         st.session_state["gqa_groups"] = 0
-    c1.selectbox("GQA groups (KV heads)", [0, *choices], key="gqa_groups",
-                 format_func=lambda g: f"default ({default_gqa_groups(model)})" if g == 0 else str(g))
+    v["gqa_groups"] = c1.selectbox("GQA groups (KV heads)", [0, *choices], key="gqa_groups",
+                                   format_func=lambda g: f"default ({default_gqa_groups(model)})" if g == 0 else str(g))
     c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, key="cmp_kv_lora_rank")
     c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, key="cmp_rope_dim")
-    c4.selectbox("Block size (tokens)", [0, 1, 16, 32, 64, 128, 256], key="block_size",
+    c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), key="block_size",
                  format_func=lambda n: "no rounding" if n == 0 else str(n))
     if model.is_mla:
         c5.radio("MLA cache layout", ["latent", "expanded"], key="cache_layout",
@@ -146,7 +148,7 @@ try:
     specs = variant_specs(model, kv_dtype, gqa_groups=cmp_kw["gqa_groups"], kv_lora_rank=cmp_kw["kv_lora_rank"],
                           qk_rope_head_dim=cmp_kw["qk_rope_head_dim"])
 except MLAError as e:
-    st.error(str(e))
+    text.error(e)
     st.stop()
 
 by_name = {r["variant"]: r for r in rows}

@@ -36,7 +36,7 @@ st.title("Decode roofline: MLA against MHA, GQA and MQA")
 model = models.current_model()
 kv_dtype, dtype_warning = models.kv_dtype_for(model, v["kv_dtype"])
 if dtype_warning:
-    st.warning(dtype_warning)
+    st.warning(escape_md(dtype_warning, 400))
 gpu_labels = models.gpu_labels()
 
 
@@ -58,7 +58,7 @@ if needs_peak:
             st.info(f"{gpu_name}: no published tensor peak; using the {v['peak_tflops']:g} TFLOP/s typed below "
                     f"with its {format_rate(preset_gpu.bandwidth_Bps, 'B/s')} bandwidth.")
         except MLAError as e:
-            st.warning(f"{e}; showing {gpu_labels.get(fallback_id, fallback_id)} instead.")
+            st.warning(escape_md(f"{e}; showing {gpu_labels.get(fallback_id, fallback_id)} instead.", 400))
             gpu, gpu_name = fallback, gpu_labels.get(fallback_id, fallback_id)
     else:
         st.warning(f"{gpu_name} has no published dense tensor peak, so it has no roofline. Type a peak "
@@ -78,9 +78,11 @@ with st.expander("Roofline settings", expanded=not present):
                  help="auto: fp8 for fp8-quantized configs, else torch_dtype. The step's peak is the weights' dtype's.")
     choices = gqa_group_choices(model)
     if v["gqa_groups"] not in [0, *choices]:
+        st.warning(escape_md(f"GQA groups {v['gqa_groups']} does not divide the query heads of {model.name}; "
+                             "the default is used.", 400))
         st.session_state["gqa_groups"] = 0
-    c4.selectbox("GQA groups (KV heads)", [0, *choices], key="gqa_groups",
-                 format_func=lambda g: f"default ({default_gqa_groups(model)})" if g == 0 else str(g))
+    v["gqa_groups"] = c4.selectbox("GQA groups (KV heads)", [0, *choices], key="gqa_groups",
+                                   format_func=lambda g: f"default ({default_gqa_groups(model)})" if g == 0 else str(g))
     c1, c2, c3, _ = st.columns(4)
     c1.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, key="cmp_kv_lora_rank")
     c2.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, key="cmp_rope_dim")
@@ -114,7 +116,7 @@ try:
     own_all = attention_roofline(model, gpu, context=T, batch=B, kv_dtype=kv_dtype, mla_path=mla_path)
     own_tp = attention_roofline(model, gpu, context=T, batch=B, kv_dtype=kv_dtype, mla_path=mla_path, tp=tp)
 except MLAError as e:
-    st.error(str(e))
+    st.error(escape_md(str(e), 400))
     st.stop()
 
 
@@ -159,19 +161,20 @@ def _load_measured():
     if result is not None:
         pts, problems = measured.measured_points(result)
         if not pts and problems:
-            st.warning(f"Ignored the benchmark result in this session: {problems[0]}.")
+            st.warning(escape_md(f"Ignored the benchmark result in this session: {problems[0]}.", 400))
         elif problems:
-            st.warning(f"Skipped {len(problems)} malformed measured result(s) ({problems[0]}).")
+            st.warning(escape_md(f"Skipped {len(problems)} malformed measured result(s) ({problems[0]}).", 400))
         if pts:
             out.append((f"measured: {measured.device_name(result)}", pts, result))
     for name in st.session_state.get("_measured_samples") or []:
         data, error = measured.load_sample(name)
         if error:
-            st.warning(f"Sample {error}.")
+            st.warning(escape_md(f"Sample {error}.", 400))
             continue
         pts, problems = measured.measured_points(data)
         if problems:
-            st.warning(f"Sample {measured.clean_text(name)}: skipped {len(problems)} result(s) ({problems[0]}).")
+            st.warning(escape_md(f"Sample {measured.clean_text(name)}: skipped {len(problems)} result(s) "
+                                 f"({problems[0]}).", 400))
         if pts:
             out.append((f"measured: {measured.device_name(data)} ({measured.clean_text(name, 40)})", pts, data))
     return out
@@ -310,7 +313,7 @@ try:
     own_fine = decode_step_vs_batch(model, gpu, fine, context=T, kv_dtype=kv_dtype, weights_dtype=wdtype,
                                     mla_path=mla_path, tp=tp)
 except MLAError as e:
-    st.error(str(e))
+    st.error(escape_md(str(e), 400))
     st.stop()
 crossover_at = next((i for i, c in enumerate(own_fine["compute_bound"]) if c), None)
 crossover = fine[crossover_at] if crossover_at is not None else None
@@ -324,7 +327,7 @@ try:
                                            mla_path=path, tp=tp))
               for label, spec, dtype, path in step_models]
 except MLAError as e:
-    st.error(str(e))
+    st.error(escape_md(str(e), 400))
     st.stop()
 
 fig_t, fig_r = go.Figure(), go.Figure()
@@ -399,7 +402,7 @@ try:
                 attention_roofline(gqa_entry[1], gpu, context=T, batch=B, kv_dtype=gqa_entry[2], tp=t))
                for t in degrees]
 except (MLAError, TypeError) as e:
-    st.error(f"TP comparison unavailable: {e}")
+    st.error(escape_md(f"TP comparison unavailable: {e}", 400))
     st.stop()
 
 fig_tp = go.Figure()

@@ -34,3 +34,15 @@ def metric(at: AppTest, label_start: str) -> str:
         if m.label.startswith(label_start):
             return m.value
     raise AssertionError(f"no metric starting {label_start!r}: {[m.label for m in at.metric]}")
+
+
+def plain(text: str) -> str:
+    """Text as a reader sees it: Markdown backslash-escapes and zero-width spaces removed."""
+    import re
+
+    return re.sub(r"\\(.)", r"\1", text).replace("\u200b", "")
+
+
+def shown(elements) -> str:
+    """All the texts of a list of AppTest elements (errors, warnings, ...) as read on screen."""
+    return " ".join(plain(e.value) for e in elements)

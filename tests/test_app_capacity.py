@@ -14,7 +14,7 @@ from mla_core.presets import load_gpu, load_model
 from mla_core.spec import as_variant
 from mla_core.units import format_bytes, format_tokens, gib_to_bytes
 
-from apptest_util import metric, no_exceptions, run_page
+from apptest_util import plain, metric, no_exceptions, run_page
 
 PAGE = "pages/capacity.py"
 V3_8xH200 = dict(model="deepseek-v3", gpu="h200", num_gpus="8", tp="8", kv_dtype="fp8", context="131072")
@@ -31,7 +31,7 @@ def whole(n: int) -> str:
 
 
 def texts(elements) -> str:
-    return " | ".join(str(e.value) for e in elements)
+    return " | ".join(plain(str(e.value)) for e in elements)
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def test_uploaded_model_name_is_shown_as_text():
     at = run_page(PAGE, model="upload", config=encode_config(cfg), num_gpus="1", tp="1", cmp2_model="llama-3.1-8b",
                   cmp2_num_gpus="1", cmp2_tp="1")
     no_exceptions(at)
-    shown = texts(at.caption) + texts(at.markdown)
+    shown = " | ".join(str(e.value) for e in [*at.caption, *at.markdown])  # the Markdown source, escapes kept
     assert r"\<img" in shown and not re.search(r"(?<!\\)<img", shown)  # every "<" escaped
     specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
     assert "&lt;img" in specs and "<img" not in specs and "\\u003cimg" not in specs  # Plotly renders some HTML

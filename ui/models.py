@@ -10,6 +10,7 @@ from mla_core.presets import gpu_entries, load_gpu, load_model, model_entries
 from mla_core.spec import ModelSpec, synthetic_model
 
 from . import params
+from .text import escape_md
 
 
 @st.cache_resource(show_spinner=False)
@@ -76,7 +77,7 @@ def current_model() -> ModelSpec:
 
     model, error = resolve_model(values())
     if error:
-        st.error(error)
+        st.error(escape_md(error, 400))
     return model
 
 

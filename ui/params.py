@@ -19,11 +19,11 @@ from mla_core.config import MAX_CONFIG_BYTES, TEXT_CONFIG_INHERITED, parse_confi
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import KV_DTYPES, WEIGHT_DTYPES
-from mla_core.validate import MAX_BATCH
 
 MAX_PARAM_CHARS = 8192  # a query value longer than this is refused outright
 MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text
 MAX_UI_CONTEXT = 10**15  # exact in a browser (below 2**53)
+MAX_UI_BATCH = 10**6  # the sidebar's batch input goes this far
 CUSTOM = "custom"  # model set by hand on the KV page
 UPLOAD = "upload"  # model from an uploaded or pasted config.json (kept in the `config` parameter)
 CONFIG_FIELDS = (
@@ -153,7 +153,7 @@ _P = [
     Param("model", "deepseek-v3", choice_parser("model", model_options), "preset id, custom or upload"),
     Param("kv_dtype", "auto", choice_parser("kv_dtype", KV_DTYPES)),
     Param("context", 131072, int_parser("context", 1, MAX_UI_CONTEXT)),
-    Param("batch", 1, int_parser("batch", 1, MAX_BATCH)),
+    Param("batch", 1, int_parser("batch", 1, MAX_UI_BATCH)),
     Param("gpu", "h200", choice_parser("gpu", gpu_ids)),
     Param("present", False, bool_parser("present")),
     # model set by hand (model=custom)
@@ -167,7 +167,8 @@ _P = [
     Param("config", "", lambda text: (decode_config(text), text)[1], "an uploaded config, encoded"),
     # KV page
     Param("cache_layout", "latent", choice_parser("cache_layout", ("latent", "expanded"))),
-    Param("block_size", 0, int_parser("block_size", 0, 1 << 20), "0: no block rounding"),
+    Param("block_size", 0, int_parser("block_size", 0, 1 << 20),
+          "0: the page's default (KV page: no rounding; capacity: 64 for MLA, 16 otherwise)"),
     Param("gqa_groups", 0, int_parser("gqa_groups", 0, 1024), "0: the model's own, else 8"),
     Param("cmp_kv_lora_rank", 0, int_parser("cmp_kv_lora_rank", 0, 16384), "0: the model's own or 4 d_h"),
     Param("cmp_rope_dim", 0, int_parser("cmp_rope_dim", 0, 1024), "0: the model's own or d_h / 2"),

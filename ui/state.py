@@ -13,6 +13,7 @@ from __future__ import annotations
 import streamlit as st
 
 from . import params
+from .text import escape_md
 
 _INIT = "_ui_state_initialised"
 _WARNINGS = "_ui_link_warnings"
@@ -50,7 +51,7 @@ def show_link_warnings() -> None:
     if not warnings:
         return
     for text in warnings[:10]:
-        st.warning(text, icon="⚠️")  # st.warning renders text, never HTML
+        st.warning(escape_md(text, 400), icon="⚠️")  # the text quotes the link: escaped
     if len(warnings) > 10:
         st.warning(f"... and {len(warnings) - 10} more link parameters were refused.")
     st.button("Dismiss", key="_dismiss_link_warnings", on_click=lambda: st.session_state.update({_WARNINGS: []}))

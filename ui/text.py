@@ -1,13 +1,35 @@
-"""Showing text a user supplied (a model name from an uploaded config) without it being rendered."""
+"""Showing text a user supplied (a model name from an uploaded config, a link parameter, an error
+message that quotes them) without it being rendered as Markdown, HTML, a link or an image."""
+from __future__ import annotations
+
+import re
 
 _MD_SPECIAL = set("\\`*_{}[]()#+-.!|<>~$&")
+_ZWSP = "\u200b"
+# GitHub-flavoured autolinks need no markup at all: break "scheme://", "www." and "name@host".
+_AUTOLINK = re.compile(r"(?i)(://|www\.|@)")
 
 
-def escape_md(text: str, limit: int = 120) -> str:
-    """Backslash-escape Markdown and HTML-significant characters and cut to `limit` chars, so a
-    name like '<script>' or '![x](http://...)' shows as typed inside st.markdown/st.caption."""
-    text = str(text)
+def escape_md(text, limit: int = 120) -> str:
+    """Backslash-escape Markdown and HTML-significant characters, break autolinks with a
+    zero-width space and cut to `limit` characters, so '<script>', '![x](http://...)' or
+    'http://evil.example' show as typed inside st.markdown / st.caption / st.error."""
+    text = " ".join(str(text).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    text = " ".join(text.split())
+    text = _AUTOLINK.sub(lambda m: m.group(0)[0] + _ZWSP + m.group(0)[1:], text)
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
+
+
+def error(message, limit: int = 400) -> None:
+    """st.error with the message escaped (messages quote user input)."""
+    import streamlit as st
+
+    st.error(escape_md(message, limit))
+
+
+def warning(message, limit: int = 400) -> None:
+    """st.warning with the message escaped (messages quote user input)."""
+    import streamlit as st
+
+    st.warning(escape_md(message, limit))

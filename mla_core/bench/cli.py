@@ -312,14 +312,22 @@ def _validate_file(path: str) -> int:
     from .errors import BenchError
     from .schema import MAX_RESULT_BYTES, validate_result
 
+    import os
+    import stat
+
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            raise BenchError(f"{path!r} is not a regular file")
+        if st.st_size > MAX_RESULT_BYTES:
+            raise BenchError(f"{path!r} is {st.st_size:,} bytes; the limit is {MAX_RESULT_BYTES:,} (1 MiB)")
         with open(path, "rb") as f:
             raw = f.read(MAX_RESULT_BYTES + 1)
     except OSError as e:
         raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
     data = validate_result(raw)
-    print(f"{path}: valid result (schema_version {data['schema_version']}, {len(data['results'])} results, "
-          f"{data['device']['name']})")
+    name = "".join(ch if ch.isprintable() else "?" for ch in str(data["device"]["name"]))[:120]
+    print(f"{path}: valid result (schema_version {data['schema_version']}, {len(data['results'])} results, {name})")
     return 0
 
 

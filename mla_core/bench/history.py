@@ -158,14 +158,27 @@ def _configure(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA foreign_keys = ON")
 
 
+def _refuse_foreign(conn: sqlite3.Connection) -> None:
+    """Raise BenchError when the file is some other program's SQLite database (read-only checks)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    ours = {"runs", "results"} <= names if version != 0 else not (names - {"runs", "results", "sqlite_sequence"})
+    if not ours:
+        raise BenchError("the history file is an SQLite database of something else, not an MLA explorer "
+                         f"history store; set {ENV_VAR} to another path")
+
+
 def _check_and_init(conn: sqlite3.Connection) -> None:
     ok = conn.execute("PRAGMA quick_check").fetchone()[0]
     if ok != "ok":
         raise sqlite3.DatabaseError(f"quick_check: {ok}")
     version = conn.execute("PRAGMA user_version").fetchone()[0]
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version == 0 and names - {"runs", "results", "sqlite_sequence"}:
+        raise BenchError("the history file is an SQLite database of something else, not an MLA explorer "
+                         f"history store; set {ENV_VAR} to another path")
     if version != 0:
         # The tables must be ours: a foreign SQLite file is left alone, not moved or changed.
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"runs", "results"} <= names:
             raise BenchError("the history file is an SQLite database of something else, not an MLA explorer "
                              f"history store; set {ENV_VAR} to another path")
@@ -231,6 +244,8 @@ def _connect(path: str | None = None):
         why = None
         try:
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            _refuse_foreign(conn)  # before anything writes: WAL mode alone changes the file's header
             _configure(conn)
             _check_and_init(conn)
             break
@@ -245,6 +260,9 @@ def _connect(path: str | None = None):
                 raise BenchError(f"history store {path} is busy: {e}") from None
             if "unable to open" in str(e):
                 raise BenchError(f"cannot open the history store {path}: {e}") from None
+            if "readonly" in str(e) or "read-only" in str(e) or not _writable(path):
+                # A healthy store we may not write to is not corrupt: never move it aside.
+                raise BenchError(f"the history store {path} is read-only ({e}); set {ENV_VAR} to a writable path") from None
             why = str(e)
         except sqlite3.DatabaseError as e:  # "file is not a database", malformed, quick_check
             if conn is not None:
@@ -261,10 +279,26 @@ def _connect(path: str | None = None):
                     _move_aside(path, why)
                 except FileNotFoundError:
                     pass
+                except OSError as e:
+                    raise BenchError(f"history store {path} is unreadable ({why}) and could not be moved aside: "
+                                     f"{e.strerror or e}") from None
     try:
         yield conn
+    except sqlite3.OperationalError as e:
+        if "readonly" in str(e):
+            raise BenchError(f"the history store {path} is read-only; set {ENV_VAR} to a writable path") from None
+        raise BenchError(f"history store {path}: {e}") from None
+    except sqlite3.DatabaseError as e:
+        raise BenchError(f"history store {path} is damaged: {e}") from None
     finally:
         conn.close()
+
+
+def _writable(path: str) -> bool:
+    folder = os.path.dirname(path) or "."
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return False
+    return os.access(folder, os.W_OK)
 
 
 def _flat(result: dict) -> list[tuple]:
@@ -340,8 +374,16 @@ def get_run(run_id: int, *, path: str | None = None) -> dict:
             raise BenchError(f"no stored run with id {run_id}")
         cols = [c[0] for c in cur.description]
     out = dict(zip(cols, row))
-    out["result"] = json.loads(out.pop("json"))
+    out["result"] = _body(run_id, out.pop("json"))
     return out
+
+
+def _body(run_id: int, text) -> dict:
+    """A stored run's result; a body damaged on disk is reported, not raised as a JSON error."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise BenchError(f"stored run #{run_id} is damaged ({str(e)[:80]}); delete it") from None
 
 
 def delete_run(run_id: int, *, path: str | None = None) -> bool:
@@ -387,7 +429,7 @@ def export_json(ids=None, *, path: str | None = None) -> str:
         for i in _ids(ids, conn):
             row = conn.execute("SELECT id, saved_at, source, label, json FROM runs WHERE id = ?", (i,)).fetchone()
             runs.append({"id": row[0], "saved_at": row[1], "source": row[2], "label": row[3],
-                         "result": json.loads(row[4])})
+                         "result": _body(row[0], row[4])})
     return json.dumps({"store_version": STORE_VERSION, "exported": _now(), "runs": runs}, indent=2)
 
 

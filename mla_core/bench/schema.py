@@ -97,12 +97,18 @@ def validate_result(obj) -> dict:
     return data
 
 
+MAX_INT = 2**63 - 1
+
+
 def _check_finite(x, where: str, depth: int = 0) -> None:
     if depth > 32:
         raise InvalidResult(f"result JSON is nested too deeply at {where}")
     if isinstance(x, float):
         if not math.isfinite(x):
             raise InvalidResult(f"{where}: {x!r} is not a finite number")
+    elif isinstance(x, int) and not isinstance(x, bool):
+        if not -MAX_INT <= x <= MAX_INT:  # what SQLite stores, and far beyond any real figure
+            raise InvalidResult(f"{where}: an integer of {len(str(abs(x)))} digits is out of range (at most 2^63 - 1)")
     elif isinstance(x, dict):
         for k, v in x.items():
             if not isinstance(k, str):
