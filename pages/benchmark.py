@@ -343,8 +343,8 @@ def _on_upload() -> None:
 
 
 with st.expander("Import a result from another machine", expanded=not present):
-    st.file_uploader(f"A result JSON written by `python -m mla_core bench --out FILE.json` (at most "
-                     f"{format_bytes(MAX_RESULT_BYTES)})", type=["json"], key="_bench_upload", on_change=_on_upload)
+    st.file_uploader("A result JSON written by `python -m mla_core bench --out FILE.json` (at most 1 MB, the "
+                     "server's upload limit)", type=["json"], key="_bench_upload", on_change=_on_upload)
     st.text_input("Label for the import (optional; default: the file name)", key="_bench_import_label",
                   max_chars=200)
     st.caption(f"No H200 measurement is committed yet: `bash {H200_SCRIPT}` on an H200 writes one "

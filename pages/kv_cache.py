@@ -62,7 +62,7 @@ with st.expander("Model: upload or paste a config.json, or set the architecture 
                  expanded=(v["model"] in (params.CUSTOM, params.UPLOAD)) and not present):
     tab_up, tab_paste, tab_hand = st.tabs(["Upload config.json", "Paste config.json", "Set by hand"])
     with tab_up:
-        st.file_uploader("A Hugging Face config.json (at most 1 MiB)", type=["json"], key="_upload",
+        st.file_uploader("A Hugging Face config.json (at most 1 MB)", type=["json"], key="_upload",
                          on_change=_on_upload)
     with tab_paste:
         st.text_area("config.json text", key="_paste", height=160, max_chars=params.MAX_CONFIG_BYTES_UI)
@@ -85,6 +85,9 @@ with st.expander("Model: upload or paste a config.json, or set the architecture 
 
 if st.session_state.get("_model_error"):
     text.error(st.session_state["_model_error"])
+if v["model"] == params.UPLOAD and len(v["config"]) > params.MAX_PARAM_CHARS:
+    st.info(f"This config is too large for a link ({len(v['config']):,} characters encoded; links carry "
+            f"{params.MAX_PARAM_CHARS:,}): it works in this session, but a copied link opens the default model.")
 
 model = models.current_model()
 kv_dtype, dtype_warning = models.kv_dtype_for(model, v["kv_dtype"])
@@ -178,7 +181,7 @@ csv = pd.DataFrame([{
     "variant": r["variant"], "is_model": r["is_model"], "kv_heads": r["kv_heads"], "kv_dtype": r["kv_dtype"],
     "kv_bytes_per_token": r["kv_bytes_per_token"], "context": T, "batch": B, "kv_cache_bytes": r["kv_cache_bytes"],
     "vs_mha": r["vs_mha"], "gqa_groups_equivalent": r["gqa_groups_equivalent"],
-} for r in rows]).to_csv(index=False)
+} for r in rows]).astype({"kv_heads": "Int64"}).to_csv(index=False)
 st.download_button("Download the table (CSV)", csv, file_name="kv_cache_variants.csv", mime="text/csv")
 
 # --- cache against context ------------------------------------------------------------------------
