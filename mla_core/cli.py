@@ -45,7 +45,8 @@ def _int_arg(name: str, minimum: int = 1):
     def parse(text: str) -> int:
         t = text.strip().replace(",", "").replace("_", "")
         if not t or len(t) > 40 or not t.isascii() or not (t.isdigit() or (t[0] in "+-" and t[1:].isdigit())):
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}")
+            hint = " (write 131072, not 128K: K and M could mean 1000 or 1024)" if t[-1:].lower() in "km" else ""
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}{hint}")
         v = int(t)
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, got {v}")
@@ -365,10 +366,14 @@ def render_table(command: str, result: dict) -> str:
             ("batch x context", f"{r['batch']} x {format_tokens(r['context'])}" + (f", TP{r['tp']} share" if r["tp"] > 1 else "")),
             ("parameters (total / active per token)", f"{format_count(r['params_total'])} / {format_count(r['params_active_per_token'])}"),
             ("weights read per step", b(r["weights_bytes_per_step"])),
+            ("weights held per GPU", b(r["weights_resident_bytes_per_gpu"])
+             + ("" if r["weights_fit_in_memory"] else f"  (DO NOT FIT in one {r['gpu']}: use --tp)")),
             ("attention bytes (KV read)", b(r["attention_bytes"])),
             ("attention flops", f"{r['attention_flops']:,}"),
             ("attention intensity", f"{r['attention_intensity_flop_per_byte']:.1f} flop/B "
-                                    f"(ridge {r['ridge_flop_per_byte']:.0f} flop/B)"),
+                                    f"(ridge at the bf16 peak: {r['attention_ridge_flop_per_byte']:.1f} flop/B)"),
+            ("whole step intensity", f"{r['step_intensity_flop_per_byte']:.1f} flop/B "
+                                     f"(ridge at the {r['weights_dtype']} peak: {r['ridge_flop_per_byte']:.1f} flop/B)"),
             ("step time (lower bound)", f"{format_seconds(r['step_time_s'])}, {r['bound']} bound"),
             ("tokens/s (upper bound)", f"{r['tokens_per_s']:,.1f}"),
         ]

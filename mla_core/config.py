@@ -98,26 +98,29 @@ def load_config(path) -> ModelSpec:
     except OSError as e:
         raise ConfigError(f"cannot read {p!r}: {e.strerror or e}") from None
     name = os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json" else None
-    return parse_config(loads_config(data), name=name or os.path.splitext(os.path.basename(p))[0])
+    return parse_config(loads_config(data, source=os.path.basename(p)),
+                        name=name or os.path.splitext(os.path.basename(p))[0])
 
 
-def loads_config(data: bytes | str) -> dict:
+def loads_config(data: bytes | str, source: str = "config.json") -> dict:
     """Parse the bytes or text of a config.json into a dict, refusing what is not a JSON object.
 
     Refuses: over 1 MiB, non-UTF-8 bytes, invalid JSON, NaN/Infinity literals, numbers too large
     for a float, nesting too deep for the parser, and any top level other than an object.
+    `source` names the input in messages (a file name).
     """
+    source = str(source)[:80]
     if isinstance(data, str):
         if len(data) > MAX_CONFIG_BYTES:
-            raise ConfigError("config.json must be at most 1 MiB")
+            raise ConfigError(f"{source} must be at most 1 MiB")
         text = data
     elif isinstance(data, (bytes, bytearray, memoryview)):
         if len(data) > MAX_CONFIG_BYTES:
-            raise ConfigError("config.json must be at most 1 MiB")
+            raise ConfigError(f"{source} must be at most 1 MiB")
         try:
             text = bytes(data).decode("utf-8-sig")
         except UnicodeDecodeError as e:
-            raise ConfigError(f"config.json is not UTF-8 text (bad byte at offset {e.start})") from None
+            raise ConfigError(f"{source} is not UTF-8 text (bad byte at offset {e.start})") from None
     else:
         raise ConfigError(f"config must be bytes or text, got {type(data).__name__}")
     try:
@@ -125,13 +128,13 @@ def loads_config(data: bytes | str) -> dict:
     except ConfigError:
         raise
     except json.JSONDecodeError as e:
-        raise ConfigError(f"config.json is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ConfigError(f"{source} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:
-        raise ConfigError("config.json is nested too deeply") from None
+        raise ConfigError(f"{source} is nested too deeply") from None
     except ValueError as e:  # e.g. an integer literal with more digits than Python converts
-        raise ConfigError(f"config.json has a number that cannot be read: {str(e)[:80]}") from None
+        raise ConfigError(f"{source} has a number that cannot be read: {str(e)[:80]}") from None
     if not isinstance(obj, dict):
-        raise ConfigError(f"config.json must hold a JSON object, not {_json_type(obj)}")
+        raise ConfigError(f"{source} must hold a JSON object, not {_json_type(obj)}")
     return obj
 
 

@@ -239,7 +239,7 @@ def compare_variants(
     the same width (same layers, heads, d_h, windows; see `variant_specs`).
 
     Each row: `variant`, `kind`, `is_model` (the row is the model as configured), `kv_heads`
-    (KV heads, or None for the latent), `kv_dtype` (stored), `kv_bytes_per_token`,
+    (KV heads cached: n_kv, n_h for the expanded cache, None for the latent), `kv_dtype` (stored), `kv_bytes_per_token`,
     `kv_cache_bytes`, `vs_mha` (MHA bytes / this), `vs_mla_latent` (this / the MLA latent's
     bytes), `gqa_groups_equivalent` (this cache as a number of GQA groups: bytes / bytes of one
     K+V head of d_h).
@@ -257,7 +257,9 @@ def compare_variants(
             "variant": label,
             "kind": spec.kind if layout == "latent" else "mla-expanded",
             "is_model": layout == "latent" and spec.attention == model.attention,
-            "kv_heads": None if spec.is_mla else spec.attention.num_key_value_heads,
+            # KV heads cached per token: none for the latent, every query head for the expanded cache.
+            "kv_heads": (spec.attention.num_attention_heads if layout == "expanded" else None) if spec.is_mla
+            else spec.attention.num_key_value_heads,
             "kv_dtype": dtype,
             "kv_bytes_per_token": per_token,
             "kv_cache_bytes": kv_cache_bytes(spec, context, batch, dtype, layout, block_size=block_size),

@@ -47,7 +47,8 @@ def load_model(preset_id: str) -> ModelSpec:
     entries = model_entries()
     key = preset_id.lower() if isinstance(preset_id, str) else preset_id
     if key not in entries:
-        raise MLAError(f"unknown model preset {_short(preset_id)}; known: {', '.join(entries)}")
+        raise MLAError(f"unknown model preset {_short(preset_id)}{_suggest(key, entries)}; "
+                       "`python -m mla_core presets` lists them")
     return parse_config(entries[key]["config"], name=key)
 
 
@@ -66,13 +67,25 @@ def load_gpu(gpu_id: str):
     entries = gpu_entries()
     key = gpu_id.lower() if isinstance(gpu_id, str) else gpu_id
     if key not in entries:
-        raise MLAError(f"unknown GPU {_short(gpu_id)}; known: {', '.join(entries)}")
+        raise MLAError(f"unknown GPU {_short(gpu_id)}{_suggest(key, entries)}; known: {', '.join(entries)}")
     g = entries[key]
     return GPU(
         id=g["id"], name=g["name"], memory_GB=g["memory_GB"], bandwidth_TBps=g["bandwidth_TBps"],
         bf16_TFLOPS=g["bf16_TFLOPS"], fp8_TFLOPS=g["fp8_TFLOPS"], vendor=g.get("vendor", ""),
         source=g.get("source", ""), confidence=g.get("confidence", ""), notes=g.get("notes", ""),
     )
+
+
+def _suggest(key, known) -> str:
+    """'; did you mean X?' for a near miss (a prefix, or a close spelling), else ''."""
+    if not isinstance(key, str) or len(key) > 100:
+        return ""
+    hits = [k for k in known if k.startswith(key) or key.startswith(k)]
+    if not hits:
+        import difflib
+
+        hits = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(hits[:3])}?" if hits else ""
 
 
 def _short(v) -> str:

@@ -101,7 +101,10 @@ def roofline(
     `weights_bytes_per_step` (int), `attention_flops`, `attention_bytes`,
     `attention_intensity_flop_per_byte`, `step_bytes`, `step_flops`, `memory_time_s`,
     `compute_time_s`, `step_time_s` (lower bound), `tokens_per_s` (upper bound), `bound`
-    ('memory' or 'compute'), `bandwidth_Bps`, `peak_flops`, `ridge_flop_per_byte`,
+    ('memory' or 'compute'), `bandwidth_Bps`, `peak_flops`, `ridge_flop_per_byte` (at the weights'
+    peak: the whole step's ridge), `attention_ridge_flop_per_byte` (at the bf16 peak, where
+    attention runs), `weights_resident_bytes_per_gpu` and `weights_fit_in_memory` (whether one
+    GPU of the preset holds its share of the weights at all),
     `attention_time_s` (attention alone at the roofline), `experts_touched_per_moe_layer`.
     Raises MLAError on bad inputs or a GPU without published figures.
     """
@@ -112,6 +115,7 @@ def roofline(
     peak = gpu.peak_flops(wdtype)
     streamed = params_streamed_per_step(model, batch)
     weights_step = -(-weight_bytes(streamed, wdtype) // tp)
+    resident = -(-weight_bytes(params_total(model), wdtype) // tp)  # all weights held, / tp
     active = active_params_per_token(model)
     step_bytes = weights_step + att["attention_bytes"]
     step_flops = 2 * active * batch / tp + att["attention_flops"]
@@ -139,6 +143,9 @@ def roofline(
         "bandwidth_Bps": bandwidth,
         "peak_flops": peak,
         "ridge_flop_per_byte": peak / bandwidth,
+        "attention_ridge_flop_per_byte": attention_peak / bandwidth,
+        "weights_resident_bytes_per_gpu": resident,
+        "weights_fit_in_memory": resident <= gpu.memory_bytes,
         "memory_time_s": t_mem,
         "compute_time_s": t_compute,
         "step_time_s": step_time,

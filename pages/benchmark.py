@@ -369,7 +369,8 @@ for r in runs:
     device = measured.clean_text(r.get("device_name") or "unknown device", 40)
     extra = f", {measured.clean_text(r['label'], 40)}" if r.get("label") else ""
     labels[key] = f"#{r['id']} {device} ({r['source']}{extra}; {str(r.get('created') or r['saved_at'])[:16]})"
-    short[key] = f"#{r['id']} {device}"
+    # The legend names a run by its label when it has one: two runs of one device stay apart.
+    short[key] = f"#{r['id']} {measured.clean_text(r['label'], 40)}" if r.get("label") else f"#{r['id']} {device}"
 for name in samples:
     labels[f"sample:{name}"] = f"sample {measured.clean_text(name, 60)}"
     short[f"sample:{name}"] = f"sample {measured.clean_text(name, 40)}"

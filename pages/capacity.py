@@ -180,12 +180,13 @@ st.caption(
     f"each), {_mode(dp, tp)} ({main['replicas']} replica{'s' if main['replicas'] != 1 else ''}), KV {main['kv_dtype']}, "
     f"blocks of {main['block_size']} tokens, requests of {format_tokens(T)}."
 )
-st.caption(
-    "Conventions: GiB = 2^30 B. A preset's memory is its vendor figure read as GiB (what drivers report is close; "
-    "type the exact figure above). KV budget per GPU = floor(gpu_memory_utilization × memory) - weights per GPU - "
-    "reserve (vLLM's meaning). Whole requests = replicas × floor(budget / one request's blocks); upper bounds: "
-    "activations and fragmentation beyond the reserve are not counted."
-)
+with st.expander("Conventions", expanded=not present):
+    st.caption(
+        "GiB = 2^30 B. A preset's memory is its vendor figure read as GiB (what drivers report is close; "
+        "type the exact figure above). KV budget per GPU = floor(gpu_memory_utilization × memory) - weights per GPU - "
+        "reserve (vLLM's meaning). Whole requests = replicas × floor(budget / one request's blocks); upper bounds: "
+        "activations and fragmentation beyond the reserve are not counted."
+    )
 if not main["weights_fit"]:
     st.error(_no_fit(main, v["gpu_memory_utilization"]) + " No KV cache fits: the counts below are 0. Add GPUs, "
              "raise tp, use DP-attention's expert split, or a smaller weights dtype.")
@@ -222,9 +223,12 @@ st.markdown(
     f"{escape_md(gpu.name)} at {main['kv_dtype']} KV?** "
     f"With TP{tp}: **{_requests(tp_r['max_concurrent_requests'])}** "
     f"({tp_r['replicas']} replica{'s' if tp_r['replicas'] != 1 else ''}"
-    + ("; every rank stores the whole latent" if model.is_mla else "") + "). "
+    + ("; every rank stores the whole latent" if model.is_mla else "")
+    + ("; the weights do not fit" if not tp_r["weights_fit"] else "") + "). "
     f"With DP-attention: **{_requests(dp_r['max_concurrent_requests'])}** "
-    f"({dp_r['replicas']} replicas, each GPU holding its own sequences; attention weights whole on every GPU)."
+    f"({dp_r['replicas']} replicas, each GPU holding its own sequences; attention weights whole on every GPU"
+    + (f": {format_bytes(dp_r['weights_bytes_per_gpu'])} of weights per GPU, which do not fit"
+       if not dp_r["weights_fit"] else "") + ")."
 )
 t1, t2, _ = st.columns([1, 1, 2])
 for col, mode, r in ((t1, False, tp_r), (t2, True, dp_r)):

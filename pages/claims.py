@@ -57,7 +57,11 @@ m4.metric("Slips replayed and confirmed", f"{summary['reason_confirmed']} of {su
           help="Differing claims whose reason is itself recomputed (the slip replayed) and gives the stated figure.")
 by_topic = pd.DataFrame([{"topic": g["topic"], "claims": g["claims"], "reproduced": g["reproduced"],
                           "differ": g["differs"]} for g in summary["by_topic"]])
-by_source = pd.DataFrame([{"source": g["source"], "claims": g["claims"], "reproduced": g["reproduced"],
+def _title(seed: str) -> str:
+    return next((c["source"].get("title", seed) for c in claims if c["source"]["seed"] == seed), seed)
+
+
+by_source = pd.DataFrame([{"source": f'{_title(g["source"])} ({g["source"][:3]})', "claims": g["claims"], "reproduced": g["reproduced"],
                            "differ": g["differs"]} for g in summary["by_source"]])
 c1, c2 = st.columns(2)
 c1.dataframe(by_topic, hide_index=True)
@@ -66,16 +70,18 @@ c2.dataframe(by_source, hide_index=True)
 # --- filters -----------------------------------------------------------------------------------------
 topics = [g["topic"] for g in summary["by_topic"]]
 sources = [g["source"] for g in summary["by_source"]]
+titles = {c["source"]["seed"]: c["source"].get("title", c["source"]["seed"]) for c in claims}
 with st.expander("Filters", expanded=not present):
     f1, f2, f3 = st.columns(3)
-    f1.multiselect("Topic", topics, key="_claims_topic", placeholder="all topics")
-    f2.multiselect("Verdict", ["reproduced", "differs"], key="_claims_verdict", placeholder="both verdicts")
-    f3.multiselect("Source document", sources, key="_claims_source", placeholder="all three documents")
+    f1.multiselect("Topic", topics, key="claims_topic", placeholder="all topics")
+    f2.multiselect("Verdict", ["reproduced", "differs"], key="claims_verdict", placeholder="both verdicts")
+    f3.multiselect("Source document", sources, key="claims_source", placeholder="all three documents",
+                   format_func=lambda seed: f"{titles.get(seed, seed)} ({seed[:3]})")
 
 
 def _keep(c: dict) -> bool:
-    for key, value in (("_claims_topic", c["topic"]), ("_claims_verdict", c["verdict"]),
-                       ("_claims_source", c["source"]["seed"])):
+    for key, value in (("claims_topic", c["topic"]), ("claims_verdict", c["verdict"]),
+                       ("claims_source", c["source"]["seed"])):
         chosen = st.session_state.get(key) or []
         if chosen and value not in chosen:
             return False
@@ -103,7 +109,7 @@ table = pd.DataFrame([{
     "stated": format_stated(c["stated"]),
     "recomputed": format_figure(c["computed"], c["stated"]["unit"]),
     "claim (paraphrased)": c["claim"],
-    "source": c["source"]["seed"],
+    "source": f'{c["source"].get("title", "")} ({c["source"]["seed"]})',
     "topic": c["topic"],
     "reason": c.get("reason", ""),
     "replay of the slip gives": _replay_text(c),
@@ -158,7 +164,7 @@ for c in differing:
     title = f"{c['id']}: stated {format_stated(c['stated'])}, recomputed {format_figure(c['computed'], unit)}"
     with st.expander(title):
         st.markdown(f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
-                    f"**Source**: {escape_md(c['source']['seed'])}  \n"
+                    f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
                     f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
                     f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}")
         st.caption("Recomputed as")

@@ -17,9 +17,11 @@ st.title("KV cache: MLA against MHA, GQA and MQA")
 
 
 # --- where the model comes from: preset (sidebar), upload, paste, or by hand ----------------------
-def _use_config_bytes(data, source: str):
+def _use_config_bytes(data, source: str, name: str | None = None):
     try:
-        cfg = loads_config(data)
+        cfg = loads_config(data, source=name or "config.json")
+        if name and not isinstance(cfg.get("_name_or_path"), str):
+            cfg["_name_or_path"] = name  # the file's name names the model, as on the command line
         parse_config(cfg)
         encoded = params.encode_config(cfg)
         params.decode_config(encoded)  # what the link will carry must read back
@@ -33,7 +35,8 @@ def _use_config_bytes(data, source: str):
 def _on_upload():
     f = st.session_state.get("_upload")
     if f is not None:
-        _use_config_bytes(f.getvalue(), f"uploaded {f.name!r}")
+        stem = f.name.rsplit(".", 1)[0] if f.name.lower().endswith(".json") else f.name
+        _use_config_bytes(f.getvalue(), f"uploaded {f.name!r}", stem if stem != "config" else None)
 
 
 def _on_paste():

@@ -9,7 +9,7 @@ import streamlit as st
 
 from mla_core.errors import MLAError
 from mla_core.hardware import custom_gpu
-from mla_core.kv import default_gqa_groups, gqa_group_choices, variant_specs
+from mla_core.kv import default_gqa_groups, gqa_group_choices, resolve_kv_dtype, variant_specs
 from mla_core.roofline import MLA_PATHS, attainable_flops, attention_roofline, roofline
 from mla_core.sweeps import decode_step_vs_batch, log_contexts
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
@@ -135,18 +135,27 @@ shape = (f"{model.num_hidden_layers} layers, {a.num_attention_heads} query heads
             else f"{a.num_key_value_heads} KV heads of d_h {a.head_dim}"))
 st.caption(f"**{escape_md(model.name)}** ({model.kind.upper()}, {shape}) on **{escape_md(gpu_name)}**: "
            f"{format_rate(gpu.bandwidth_Bps, 'B/s')}, {format_rate(gpu.peak_flops('bf16'), 'FLOP/s')} dense bf16; "
-           f"{B:,} sequence(s) x {format_tokens(T)}, KV cache {kv_dtype}.")
+           f"{B:,} sequence(s) x {format_tokens(T)}, KV cache {resolve_kv_dtype(model, kv_dtype)}.")
 
-m1, m2, m3, m4 = st.columns(4)
-m1.metric(f"Attention intensity, {own_name}", format_intensity(own_all["attention_intensity_flop_per_byte"]),
-          help="Attention flops / KV bytes read, all query heads on one GPU (TP 1 or DP-attention). "
-               f"One GPU at TP {tp}: {format_intensity(own_tp['attention_intensity_flop_per_byte'])}.")
-m2.metric("Ridge point (bf16)", format_intensity(gpu.ridge_flop_per_byte),
-          help="Peak / bandwidth: below it a kernel is memory bound.")
-m3.metric("Decode step, time lower bound", format_seconds(step["step_time_s"]),
+m1, m2, m3 = st.columns(3)
+m1.metric(f"Attention intensity, {own_name}, all heads", format_intensity(own_all["attention_intensity_flop_per_byte"]),
+          help="Attention flops / KV bytes read with every query head on one GPU (TP 1, or DP-attention).")
+m2.metric(f"Per GPU at TP {tp}", format_intensity(own_tp["attention_intensity_flop_per_byte"]),
+          help="Query heads split over the TP ranks; the MLA latent is read whole by every rank.")
+m3.metric("Ridge point (bf16 peak)", format_intensity(step["attention_ridge_flop_per_byte"]),
+          help="bf16 peak / bandwidth: below it attention is memory bound. The whole step's ridge at the "
+               f"weights' {step['weights_dtype']} peak is {format_intensity(step['ridge_flop_per_byte'])}.")
+m4, m5, m6 = st.columns(3)
+m4.metric(f"Decode step at TP {tp}, time lower bound", format_seconds(step["step_time_s"]),
           help=f"One GPU's share at TP {tp}: max(bytes / bandwidth, flops / peak); {step['bound']} bound.")
-m4.metric("Tokens/s upper bound", f"{format_count(step['tokens_per_s'])} tokens/s",
+m5.metric("Tokens/s upper bound", f"{format_count(step['tokens_per_s'])} tokens/s",
           help=f"batch / step time = {step['tokens_per_s']:,.2f} tokens/s, the {B:,} sequence(s) together.")
+m6.metric(f"Weights held per GPU at TP {tp}", format_bytes(step["weights_resident_bytes_per_gpu"]),
+          help=f"All parameters as {step['weights_dtype']}, / TP; one GPU has {format_bytes(gpu.memory_bytes)}.")
+if not step["weights_fit_in_memory"]:
+    st.warning(escape_md(f"At TP {tp} one GPU would hold {format_bytes(step['weights_resident_bytes_per_gpu'])} of "
+                         f"weights, more than its {format_bytes(gpu.memory_bytes)}: this step cannot run as set; "
+                         "raise TP (Roofline settings) to see a deployment that fits.", 400))
 
 # --- roofline chart ---------------------------------------------------------------------------------
 st.subheader("Attention on the roofline")

@@ -192,10 +192,10 @@ def test_uploading_the_sample_adds_it_to_the_history_and_the_comparison(sample):
     cmp = at.dataframe[1].value
     first = report.kernel_rows(sample)
     assert list(cmp["kernel"]) == [r["kernel"] for r in first]
-    for name in (f"sample {SAMPLE}", f"#1 {sample['device']['name']}"):
+    for name in (f"sample {SAMPLE}", "#1 laptop"):  # a labelled run is named by its label
         assert list(cmp[f"{name}: median"]) == [format_seconds(r["median_s"]) for r in first]
     bars = _figures(at)[-1]["data"]
-    assert [b["name"] for b in bars] == [f"sample {SAMPLE}", f"#1 {sample['device']['name']}"]
+    assert [b["name"] for b in bars] == [f"sample {SAMPLE}", "#1 laptop"]
     assert bars[0]["y"] == [r["achieved_GBps"] for r in first]
     # The history table lists it.
     hist = at.dataframe[-1].value

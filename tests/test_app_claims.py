@@ -53,14 +53,15 @@ def test_displayed_verdicts_equal_the_cores(page, claim_id):
 
 def test_the_table_quotes_file_names_not_documents(page):
     df = _claims_table(page)
-    assert set(df["source"]) == {c["source"]["seed"] for c in CLAIMS}
-    assert all(s.endswith(".txt") for s in df["source"])
+    # A description of the document and its file name: never a quotation from it.
+    assert set(df["source"]) == {f'{c["source"]["title"]} ({c["source"]["seed"]})' for c in CLAIMS}
+    assert all(s.endswith(".txt)") for s in df["source"])
     assert list(df["claim (paraphrased)"]) == [c["claim"] for c in CLAIMS]
 
 
 def test_filters(page):
     at = page
-    at.multiselect(key="_claims_verdict").set_value(["differs"]).run()
+    at.multiselect(key="claims_verdict").set_value(["differs"]).run()
     no_exceptions(at)
     df = _claims_table(at)
     evaluated = evaluate_all()
@@ -68,17 +69,19 @@ def test_filters(page):
     assert set(df["verdict"]) == {"differs"}
     # One expander per differing claim shown (after the conventions and filters expanders).
     assert sum(e.label.startswith(tuple(df["id"])) for e in at.expander) == len(df)
-    at.multiselect(key="_claims_topic").set_value(["arithmetic intensity"]).run()
+    at.multiselect(key="claims_topic").set_value(["arithmetic intensity"]).run()
     df = _claims_table(at)
     assert list(df["id"]) == [c["id"] for c in evaluated if c["verdict"] == "differs"
                               and c["topic"] == "arithmetic intensity"]
-    at.multiselect(key="_claims_verdict").set_value([]).run()
-    at.multiselect(key="_claims_topic").set_value([]).run()
+    at.multiselect(key="claims_verdict").set_value([]).run()
+    at.multiselect(key="claims_topic").set_value([]).run()
     seed = "002_7d66c40a2579a544.txt"
-    at.multiselect(key="_claims_source").set_value([seed]).run()
+    at.multiselect(key="claims_source").set_value([seed]).run()
     df = _claims_table(at)
-    assert len(df) == sum(c["source"]["seed"] == seed for c in CLAIMS) and set(df["source"]) == {seed}
-    at.multiselect(key="_claims_source").set_value([]).run()
+    assert len(df) == sum(c["source"]["seed"] == seed for c in CLAIMS)
+    assert {s.rsplit("(", 1)[1].rstrip(")") for s in df["source"]} == {seed}
+    assert at.query_params["claims_source"] == seed  # the filter is in the link
+    at.multiselect(key="claims_source").set_value([]).run()
     assert len(_claims_table(at)) == len(CLAIMS)
 
 

@@ -49,7 +49,7 @@ def test_defaults_run_and_show_the_cores_step():
     assert not at.error, [e.value for e in at.error]
     model, gpu = load_model("deepseek-v3"), load_gpu("h200")
     r = roofline(model, gpu, context=131072, batch=1, kv_dtype="auto", mla_path="absorbed", tp=TP_DEFAULT)
-    assert metric(at, "Decode step, time lower bound") == format_seconds(r["step_time_s"])
+    assert metric(at, "Decode step at TP") == format_seconds(r["step_time_s"])
     assert metric(at, "Tokens/s upper bound") == f"{format_count(r['tokens_per_s'])} tokens/s"
     assert metric(at, "Ridge point") == format_intensity(gpu.ridge_flop_per_byte)
 
@@ -69,7 +69,7 @@ def test_deep_link_shows_241_8_and_the_variant_table():
     assert df["intensity (flop/B)"].iloc[3] == pytest.approx(round(want, 2))
     assert list(df["bound"]) == ["memory", "memory", "memory", "memory", "compute", "memory"]
     r = roofline(model, gpu, context=32768, batch=1, kv_dtype="bf16", tp=TP_DEFAULT)
-    assert metric(at, "Decode step, time lower bound") == format_seconds(r["step_time_s"])
+    assert metric(at, "Decode step at TP") == format_seconds(r["step_time_s"])
     # The roofline chart: the roof, the ridge, six variants and the model's TP share.
     names = _trace_names(at)
     assert "roof: NVIDIA H800 SXM5 80GB" in names and "MLA absorbed (this model)" in names
@@ -255,3 +255,15 @@ def test_variant_csv_holds_the_cores_raw_numbers(monkeypatch):
     assert row["attention_bytes"] == want["attention_bytes"] == 2302672896
     assert row["intensity_flop_per_byte"] == pytest.approx(want["attention_intensity_flop_per_byte"], rel=1e-12)
     assert bool(row["is_model"])
+
+
+def test_per_gpu_intensity_follows_tp_and_weights_that_cannot_fit_are_flagged():
+    at = run_page(PAGE, model="deepseek-v3", gpu="h200", tp="8", kv_dtype="bf16", context="32768")
+    no_exceptions(at)
+    model = load_model("deepseek-v3")
+    per_gpu = decode_attention(model, 32768, 1, "bf16", tp=8)["attention_intensity_flop_per_byte"]
+    assert metric(at, "Per GPU at TP 8") == format_intensity(per_gpu) == "30.2 flop/B"
+    assert not any("cannot run" in plain(w.value) for w in at.warning)  # 671B fp8 / 8 fits in 141 GB
+    at = run_page(PAGE, model="deepseek-v3", gpu="h800", tp="1", context="32768")
+    no_exceptions(at)
+    assert any("cannot run" in plain(w.value) for w in at.warning)

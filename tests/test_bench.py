@@ -619,7 +619,7 @@ def test_unavailable_device_is_one_line_error(capsys):
     (["--heads", "12", "--gqa-groups", "5"], "gqa_groups must divide"),
     (["--label", "x"], "--label needs --save"),
     (["--stream-bytes", "1"], "--stream-bytes"),
-    (["--out", "/nonexistent-folder/r.json"], "does not exist"),
+    (["--out", "/nonexistent-folder/sub/r.json"], "cannot create folder"),
     (["--bogus"], "unrecognized"),
 ])
 def test_cli_bad_requests_exit_2_with_one_line(argv, expect, capsys, monkeypatch):

@@ -91,9 +91,12 @@ def show(fig, name: str, key: str | None = None) -> None:
 PRESENTATION_CSS = """
 <style>
 html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 3.2rem !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 2.7rem !important; line-height: 1.15; }
 [data-testid="stMetricLabel"] p { font-size: 1.3rem !important; }
-h1 { font-size: 3.2rem !important; }
+/* Big numbers wrap instead of being cut to "1.49M to..." on a projector's narrower screen. */
+[data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
+h1 { font-size: 2.7rem !important; }
 h2 { font-size: 2.4rem !important; }
 h3 { font-size: 1.9rem !important; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem; }

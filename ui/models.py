@@ -33,6 +33,18 @@ def model_labels() -> dict[str, str]:
     return out
 
 
+def model_label(key: str) -> str:
+    """The sidebar's label of a model choice; an uploaded config shows its own name."""
+    if key == params.UPLOAD:
+        from .state import values
+
+        try:
+            return f"uploaded: {_from_config(values()['config']).name[:60]}"
+        except MLAError:
+            pass
+    return model_labels().get(key, key)
+
+
 @st.cache_data(show_spinner=False)
 def gpu_labels() -> dict[str, str]:
     return {k: e["name"] for k, e in gpu_entries().items()}

@@ -93,6 +93,29 @@ def bool_parser(name: str) -> Callable[[str], bool]:
     return parse
 
 
+def list_parser(name: str, options: Callable[[], list[str]]) -> Callable[[str], list[str]]:
+    """A comma-separated list of known values (an empty text is the empty list)."""
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        known = options()
+        bad = [t for t in items if t not in known]
+        if bad:
+            raise MLAError(f"unknown {name} {_short(bad[0])}")
+        return list(dict.fromkeys(items))
+
+    return parse
+
+
+def _claims_field(field: str) -> Callable[[], list[str]]:
+    def options() -> list[str]:
+        from mla_core.claims import load_claims
+
+        values = [c["source"]["seed"] if field == "source" else c[field] for c in load_claims()]
+        return sorted(set(values))
+
+    return options
+
+
 def model_options() -> list[str]:
     return [*model_ids(), CUSTOM, UPLOAD]
 
@@ -141,6 +164,8 @@ class Param:
     help: str = ""
 
     def to_text(self, value) -> str:
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(v) for v in value)
         if isinstance(value, bool):
             return "1" if value else "0"
         if isinstance(value, float):
@@ -183,6 +208,10 @@ _P = [
     Param("mla_path", "absorbed", choice_parser("mla_path", ("absorbed", "recompute", "expanded"))),
     Param("peak_tflops", 0.0, float_parser("peak_tflops", 0, 1e6),
           "typed dense bf16 peak (TFLOP/s) for a GPU with none published (Apple); 0: none"),
+    # published-figures filters
+    Param("claims_topic", [], list_parser("claims_topic", _claims_field("topic"))),
+    Param("claims_verdict", [], list_parser("claims_verdict", lambda: ["differs", "reproduced"])),
+    Param("claims_source", [], list_parser("claims_source", _claims_field("source"))),
     # capacity comparison (configurations 2 and 3)
     *[p for i in (2, 3) for p in (
         Param(f"cmp{i}_model", "", choice_parser(f"cmp{i}_model", lambda: ["", *model_ids()])),

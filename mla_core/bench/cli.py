@@ -281,7 +281,10 @@ def _check_out(path: str) -> None:
     if os.path.isdir(path):
         raise BenchError(f"--out {path} is a folder; give a file name")
     if not os.path.isdir(folder):
-        raise BenchError(f"--out: folder {folder} does not exist")
+        try:
+            os.mkdir(folder)  # one level, like the README's out/
+        except OSError as e:
+            raise BenchError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
     if not os.access(folder, os.W_OK):
         raise BenchError(f"--out: folder {folder} is not writable")
 
@@ -356,7 +359,8 @@ def render_table(result: dict) -> str:
              + (f", free {format_bytes(d['free_memory_bytes'])}" if d.get("free_memory_bytes") else "")
              + (f"; other processes kept {d['other_cpus_busy']:.2f} CPUs busy" if d.get("other_cpus_busy") else ""),
              f"peak bound: {d['peak_bandwidth_GBps']:,.0f} GB/s, {d['peak_TFLOPs']:,.1f} TFLOP/s ({d['peak_source']})"]
-    header = ("kernel", "shape", "median", "best", "GB/s", "TFLOP/s", "predicted", "meas/pred", "note")
+    # "accuracy" = predicted / measured, as the app's benchmark page shows it (1 = at the roofline).
+    header = ("kernel", "shape", "median", "best", "GB/s", "TFLOP/s", "predicted", "accuracy", "note")
     rows = []
     for r in result["results"]:
         pred = r.get("predicted_s")
@@ -371,7 +375,7 @@ def render_table(result: dict) -> str:
             note.append("unsteady")
         rows.append((r["kernel"], _shape_text(r), format_seconds(r["median_s"]), format_seconds(r["min_s"]),
                      f"{r['achieved_GBps']:,.1f}", f"{r['achieved_TFLOPs']:,.3f}",
-                     format_seconds(pred) if pred else "-", f"{r['median_s'] / pred:.2f}x" if pred else "-",
+                     format_seconds(pred) if pred else "-", f"{pred / r['median_s']:.2f}" if pred else "-",
                      ", ".join(note)))
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
     fmt = lambda row: "  ".join(c.ljust(w) if i in (0, 1, 8) else c.rjust(w)  # noqa: E731
