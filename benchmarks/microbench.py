@@ -49,10 +49,16 @@ def run(device: str = "cpu", contexts=(1024, 4096, 16384, 65536), heads: int = 1
             by_t.setdefault(r["shape"]["context"], {})[r["kernel"]] = r["median_s"]
     speedups = {t: v["mla_recompute_decode"] / v["mla_absorbed_decode"] for t, v in sorted(by_t.items())
                 if len(v) == 2}
-    crossover = next((t for t, s in speedups.items() if s > 1.0), None)
+    faster = [t for t, s in speedups.items() if s > 1.0]
+    if faster and faster[0] == min(speedups):
+        crossover = f"absorbed is faster at every context measured (from {min(speedups):,})"
+    elif faster:
+        crossover = f"absorbed is faster from {faster[0]:,} tokens"
+    else:
+        crossover = "recompute is faster at every context measured"
     out.append(result("absorbed_vs_recompute_speedup", speedups, "x by context",
                       note="recompute time / absorbed time at batch 1; > 1: absorbed is faster",
-                      heads=heads, crossover_context=crossover,
+                      heads=heads, crossover=crossover,
                       device=sweep["device"]["name"], dtype=sweep["device"]["dtype"]))
     return out
 
