@@ -9,17 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 from common import ROOT, dump, result
 
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from browser_util import CHROMIUM, LAUNCH_ARGS, app_server, settle as _settle  # noqa: E402
+
 ANALYTIC = ["/", "/concurrency", "/decode-roofline", "/published-figures"]
 
 
@@ -35,48 +33,18 @@ def torch_loaded(pid: int) -> bool:
         return any("libtorch" in line for line in f)
 
 
-def _settle(page, timeout_s=60):
-    page.wait_for_selector('[data-testid="stMain"]', timeout=timeout_s * 1000)
-    deadline, last, stable = time.time() + timeout_s, None, 0
-    while time.time() < deadline:
-        text = page.inner_text('[data-testid="stMain"]')
-        if not page.locator('[data-testid="stStatusWidget"]').count() and text == last and len(text) > 40:
-            stable += 1
-            if stable >= 3:
-                return text
-        else:
-            stable = 0
-        last = text
-        time.sleep(0.5)
-    return last or ""
-
-
 def run(tiny: bool = False) -> list[dict]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    if CHROMIUM is None:
         return [result("server_memory", "skipped", "", note="chromium is not installed")]
     from playwright.sync_api import sync_playwright
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     tmp = tempfile.mkdtemp()
-    env = dict(os.environ, MLA_EXPLORER_HISTORY=os.path.join(tmp, "history.sqlite3"))
-    proc = subprocess.Popen([sys.executable, "-m", "ui.serve", "--server.port", str(port), "--server.address",
-                             "127.0.0.1", "--server.headless", "true"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    history_path = os.path.join(tmp, "history.sqlite3")
     out = []
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(base + "/_stcore/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        start = rss_mib(proc.pid)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
+        with app_server(history_path) as (base, proc), sync_playwright() as p:
+            start = rss_mib(proc.pid)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for path in ANALYTIC:
                 page.goto(base + path + "?model=deepseek-v3&context=131072", wait_until="domcontentloaded")
@@ -109,20 +77,15 @@ def run(tiny: bool = False) -> list[dict]:
                     break
             _settle(page)
             after = rss_mib(proc.pid)
-            os.environ["MLA_EXPLORER_HISTORY"] = env["MLA_EXPLORER_HISTORY"]
-            from mla_core.bench import history
-
-            saved = len(history.list_runs())
-            out.append(result("server_rss_after_a_benchmark_run", after, "MiB", note="torch loaded; tensors freed",
-                              run_s=round(time.time() - t0, 1), torch_loaded=torch_loaded(proc.pid),
-                              runs_saved=saved, met=saved == 1, goal="the run finished and was saved"))
+            loaded = torch_loaded(proc.pid)
             browser.close()
+        from mla_core.bench import history
+
+        saved = len(history.list_runs(path=history_path))
+        out.append(result("server_rss_after_a_benchmark_run", after, "MiB", note="torch loaded; tensors freed",
+                          run_s=round(time.time() - t0, 1), torch_loaded=loaded,
+                          runs_saved=saved, met=saved == 1, goal="the run finished and was saved"))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 

@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-from common import ROOT, machine
+from common import machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -6,23 +6,14 @@ that a Plotly chart is drawn and that the link's numbers are visible, and saves 
 installed, unless MLA_REQUIRE_BROWSER=1 (set by .ci/run), which makes a missing browser fail.
 """
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
+from browser_util import CHROMIUM, LAUNCH_ARGS, app_server, settle as _settle
 from mla_core.kv import kv_report
 from mla_core.presets import load_model
 from mla_core.units import format_bytes
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 pytestmark = pytest.mark.browser
 
@@ -34,40 +25,12 @@ if CHROMIUM is None:
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = dict(os.environ, MLA_EXPLORER_HISTORY=str(tmp_path_factory.mktemp("history") / "history.sqlite3"))
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            # `streamlit run app.py` as the README's `make app` starts it (ui/serve.py says why).
-            [sys.executable, "-m", "ui.serve", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(base + "/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not start:\n" + log.read_text()[-2000:])
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    history = str(tmp_path_factory.mktemp("history") / "history.sqlite3")
+    log = str(tmp_path_factory.mktemp("streamlit") / "server.log")
+    with app_server(history, log) as (base, _proc):
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -93,26 +56,6 @@ def _shoot(page, path):
     page.set_viewport_size({"width": width, "height": max(900, min(int(height) + 40, 6000))})
     time.sleep(1.5)  # let Plotly re-layout
     page.screenshot(path=path, full_page=True)
-
-
-def _settle(page, timeout_s=60):
-    """Wait until Streamlit has finished running the script and the page stopped changing."""
-    page.wait_for_selector('[data-testid="stMain"]', timeout=timeout_s * 1000)
-    deadline = time.time() + timeout_s
-    last = None
-    stable = 0
-    while time.time() < deadline:
-        running = page.locator('[data-testid="stStatusWidget"]').count()
-        text = page.inner_text('[data-testid="stMain"]')
-        if not running and text == last and len(text) > 40:
-            stable += 1
-            if stable >= 3:
-                return text
-        else:
-            stable = 0
-        last = text
-        time.sleep(0.5)
-    return last or ""
 
 
 DSV3 = kv_report(load_model("deepseek-v3"), 131072, 1, "bf16")

@@ -200,8 +200,6 @@ def test_history_on_a_read_only_store_is_reported_not_moved_aside(tmp_path, monk
     import json
     import sqlite3
 
-    import pytest
-
     from mla_core.bench import history
     from mla_core.bench.errors import BenchError
 
