@@ -20,6 +20,8 @@ every rank. With attention data parallelism every head stays on the GPU holding 
 """
 from __future__ import annotations
 
+import math
+
 from .errors import MLAError
 from .spec import ModelSpec, as_variant
 from .units import KV_DTYPES, row_bytes
@@ -177,13 +179,23 @@ def kv_report(
 # ---------------------------------------------------------------------------------------------
 # The same model costed as MHA, GQA, MQA and MLA (the KV page's side-by-side table).
 
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending: the KV-head counts GQA can take with n query heads."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def largest_divisor_up_to(n: int, wanted: int = 8) -> int:
+    """The largest divisor of n not above `wanted` (8: GQA-8)."""
+    return max(d for d in divisors(n) if d <= max(1, wanted))
+
+
 def default_gqa_groups(model: ModelSpec) -> int:
     """The model's own KV heads when it is GQA, else the largest divisor of n_h up to 8."""
     a = model.attention
     if model.kind == "gqa":
         return a.num_key_value_heads
-    n_h = a.num_attention_heads
-    return max(g for g in range(1, min(8, n_h) + 1) if n_h % g == 0)
+    return largest_divisor_up_to(a.num_attention_heads)
 
 
 def variant_kv_dtype(kind: str, kv_dtype: str) -> str:
@@ -193,8 +205,7 @@ def variant_kv_dtype(kind: str, kv_dtype: str) -> str:
 
 def gqa_group_choices(model: ModelSpec) -> list[int]:
     """KV-head counts a GQA variant of `model` can have: the divisors of n_h."""
-    n_h = model.attention.num_attention_heads
-    return [g for g in range(1, n_h + 1) if n_h % g == 0]
+    return divisors(model.attention.num_attention_heads)
 
 
 def variant_specs(

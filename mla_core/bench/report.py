@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from ..errors import MLAError
+from ..kv import divisors, largest_divisor_up_to
 from ..units import format_bytes
 from .config import DECODE_KERNELS, KERNELS, MEMORY_HEADROOM
 
@@ -234,13 +235,12 @@ def gqa_group_choices(heads: int) -> list[int]:
     """KV-head counts a GQA kernel with `heads` query heads can take: the divisors of heads."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
         return [1]
-    small = [d for d in range(1, math.isqrt(heads) + 1) if heads % d == 0]
-    return sorted({*small, *(heads // d for d in small)})
+    return divisors(heads)
 
 
 def default_gqa_groups(heads: int, wanted: int = 8) -> int:
     """The largest divisor of `heads` not above `wanted` (8: DeepSeek-style GQA-8)."""
-    return max(d for d in gqa_group_choices(heads) if d <= max(1, wanted))
+    return largest_divisor_up_to(heads if isinstance(heads, int) and heads >= 1 else 1, wanted)
 
 
 __all__ = [
