@@ -37,7 +37,7 @@ _PUBLIC = {
     "MoESpec": "spec",
     "IndexerSpec": "spec",
     "as_variant": "spec",
-    "synthetic_model": "spec",
+    "synthetic_model": "config",
     "load_config": "config",
     "loads_config": "config",
     "parse_config": "config",

@@ -42,7 +42,7 @@ APPROX_REL = 0.05
 
 def _model(spec):
     from .presets import load_model
-    from .spec import synthetic_model
+    from .config import synthetic_model
 
     if isinstance(spec, str):
         return load_model(spec)

@@ -101,6 +101,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cache-layout", choices=("latent", "expanded"), default="latent",
                    help="MLA cache: the latent (default) or the expanded per-head K and V")
     c.add_argument("--block-size", type=_int_arg("--block-size"), help="round tokens up to whole blocks")
+    from .units import STATE_DTYPES
+
+    c.add_argument("--state-dtype", default="auto", choices=STATE_DTYPES, metavar="DTYPE",
+                   help=f"recurrent state (Mamba, DeltaNet, KDA, lightning): {', '.join(STATE_DTYPES)} "
+                        "(default auto = the model's torch_dtype)")
+    d = c.add_mutually_exclusive_group()
+    d.add_argument("--draft-layers", type=_int_arg("--draft-layers", minimum=0), metavar="N",
+                   help="add N draft (MTP / EAGLE) layers of the model's own attention kind")
+    d.add_argument("--mtp", action="store_true",
+                   help="add the model's multi-token-prediction layers (num_nextn_predict_layers)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -109,6 +119,21 @@ _SYNTHETIC = ("layers", "heads", "kv_heads", "head_dim", "kv_lora_rank", "rope_d
 
 
 def _model(args):
+    """The model the flags name, with draft layers added when asked (--draft-layers, --mtp)."""
+    model = _base_model(args)
+    n = getattr(args, "draft_layers", None)
+    if getattr(args, "mtp", False):
+        n = model.num_nextn_predict_layers
+        if not n:
+            raise MLAError(f"--mtp: {model.name} has no num_nextn_predict_layers; use --draft-layers N")
+    if n:
+        from .spec import with_draft_layers
+
+        model = with_draft_layers(model, n)
+    return model
+
+
+def _base_model(args):
     sources = [s for s in ("model", "config", "attention") if getattr(args, s) is not None]
     if len(sources) != 1:
         raise MLAError("give exactly one of --model PRESET, --config PATH or --attention KIND")
@@ -127,7 +152,7 @@ def _model(args):
     for required in ("layers", "heads"):
         if required not in synthetic:
             raise MLAError(f"--attention needs --{required}")
-    from .spec import synthetic_model
+    from .config import synthetic_model
 
     return synthetic_model(args.attention, **synthetic)
 
@@ -155,8 +180,8 @@ def cmd_kv(args) -> dict:
     from .kv import kv_report
 
     model = _model(args)
-    out = kv_report(model, args.context, args.batch, args.kv_dtype, args.cache_layout, args.block_size)
-    return out
+    return kv_report(model, args.context, args.batch, args.kv_dtype, args.cache_layout, args.block_size,
+                     state_dtype=args.state_dtype)
 
 
 def cmd_capacity(args) -> dict:
@@ -179,9 +204,9 @@ def cmd_capacity(args) -> dict:
     kwargs = dict(
         context=args.context, gpu=gpu, num_gpus=args.num_gpus, tp=args.tp, dp_attention=args.dp_attention,
         weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_budget_bytes=budget, block_size=args.block_size, reserve_bytes=reserve,
+        kv_budget_bytes=budget, block_size=args.block_size, reserve_bytes=reserve, state_dtype=args.state_dtype,
     )
-    out = capacity(model, cache_layout=args.cache_layout, **kwargs)
+    out = capacity(model, cache_layout=args.cache_layout, **kwargs).to_dict()
     if model.is_mla and args.cache_layout == "latent":
         from .capacity import allocator_waste
 
@@ -198,7 +223,8 @@ def cmd_roofline(args) -> dict:
     model = _model(args)
     gpu = _gpu(args, required=True)
     return roofline(model, gpu, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype,
-                    weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp)
+                    weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp,
+                    state_dtype=args.state_dtype)
 
 
 def cmd_presets(args) -> dict:
@@ -293,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    if hasattr(result, "to_dict"):
+        result = result.to_dict()
     try:
         if getattr(args, "json", False):
             import json
@@ -339,6 +367,12 @@ def render_table(command: str, result: dict) -> str:
         ]
         if r["sliding_window_layers"]:
             rows.append(("sliding-window layers", f"{r['sliding_window_layers']} of {r['num_hidden_layers']}"))
+        if r["state_bytes_per_sequence"]:
+            rows += [("recurrent state per sequence", b(r["state_bytes_per_sequence"]) + f" ({r['state_dtype']})"),
+                     ("cache + state, whole batch", b(r["cache_bytes"]))]
+        if r["is_hybrid"] or r["draft_layers"]:
+            for g in r["layers"]:
+                rows.append((f"  {g['layers']} x {g['kind']}", f"{g['label']}: " + b(g["bytes_per_layer"]) + " a layer"))
         if r["indexer_bytes_per_token"]:
             rows.append(("of which indexer per token", b(r["indexer_bytes_per_token"])))
     elif command == "capacity":
@@ -349,6 +383,8 @@ def render_table(command: str, result: dict) -> str:
             ("weights per GPU", b(r["weights_bytes_per_gpu"]) + ("" if r["weights_fit"] else "  (DO NOT FIT)")),
             ("KV budget per GPU", b(r["kv_budget_bytes_per_gpu"])),
             ("KV bytes per token per GPU", b(r["kv_bytes_per_token_per_gpu"])),
+            *([("recurrent state per request per GPU", b(r["state_bytes_per_request_per_gpu"]))]
+              if r["state_bytes_per_request_per_gpu"] else []),
             ("block size", f"{r['block_size']} tokens"),
             ("max tokens per GPU", f"{r['max_tokens_per_gpu']:,} ({format_tokens(r['max_tokens_per_gpu'])})"),
             ("max tokens, deployment", f"{r['max_tokens_total']:,} ({format_tokens(r['max_tokens_total'])})"),
@@ -370,6 +406,7 @@ def render_table(command: str, result: dict) -> str:
              + ("" if r["weights_fit_in_memory"] else f"  (DO NOT FIT in one {r['gpu']}: use --tp)")),
             ("attention bytes (KV read)", b(r["attention_bytes"])),
             ("attention flops", f"{r['attention_flops']:,}"),
+            *([("recurrent state read + written", b(r["state_bytes_per_step"]))] if r["state_bytes_per_step"] else []),
             ("attention intensity", f"{r['attention_intensity_flop_per_byte']:.1f} flop/B "
                                     f"(ridge at the bf16 peak: {r['attention_ridge_flop_per_byte']:.1f} flop/B)"),
             ("whole step intensity", f"{r['step_intensity_flop_per_byte']:.1f} flop/B "

@@ -87,17 +87,19 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     h, layers = model.hidden_size, model.num_hidden_layers
     embed = (model.vocab_size or 0) * h
     norm = h * (2 if model.norm_with_bias else 1)
+    attn_layers = layers * _attention_blocks(model)
     out = {
         "embed_tokens": embed,
         "lm_head": 0 if model.tie_word_embeddings else embed,
         "position_embeddings": model.learned_pos_embeddings * h,
-        "attention": layers * attention_params_per_layer(model),
-        "indexer": layers * indexer_params_per_layer(model),
+        "attention": attn_layers * attention_params_per_layer(model),
+        "indexer": attn_layers * indexer_params_per_layer(model),
         "norms": layers * model.norms_per_layer * norm + norm,
         "mlp_dense": 0,
         "moe_router": 0,
         "moe_shared": 0,
         "moe_routed": 0,
+        "draft_layers": 0,
     }
     moe = model.moe
     moe_layers = moe.moe_layers if moe else (False,) * layers
@@ -106,14 +108,46 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     if model.intermediate_size:
         out["mlp_dense"] = n_dense * mlp_params(model, model.intermediate_size)
     if moe:
-        e = moe.n_routed_experts
-        out["moe_router"] = n_moe * (e * h + (e if moe.router_bias else 0))
-        shared = moe.n_shared_experts * 3 * h * moe.moe_intermediate_size
-        if moe.shared_expert_intermediate_size:
-            shared += 3 * h * moe.shared_expert_intermediate_size + (h if moe.shared_expert_gate else 0)
-        out["moe_shared"] = n_moe * shared
-        out["moe_routed"] = n_moe * e * routed_expert_params(model)
+        out["moe_router"] = n_moe * _router_params(model)
+        out["moe_shared"] = n_moe * _shared_expert_params(model)
+        out["moe_routed"] = n_moe * moe.n_routed_experts * routed_expert_params(model)
+    if model.draft_layers:
+        out["draft_layers"] = model.draft_layers * draft_layer_params(model)
     return out
+
+
+def _attention_blocks(model: ModelSpec) -> int:
+    """Attention blocks a decoder layer has: 2 for LongCat-Flash (two MLA blocks a layer), else 1."""
+    return max((layer.kv_caches for layer in model.layers if not layer.draft), default=1) or 1
+
+
+def _router_params(model: ModelSpec) -> int:
+    moe, h = model.moe, model.hidden_size
+    e = moe.n_routed_experts + moe.zero_experts
+    return e * h + (e if moe.router_bias else 0)
+
+
+def _shared_expert_params(model: ModelSpec) -> int:
+    moe, h = model.moe, model.hidden_size
+    shared = moe.n_shared_experts * 3 * h * moe.moe_intermediate_size
+    if moe.shared_expert_intermediate_size:
+        shared += 3 * h * moe.shared_expert_intermediate_size + (h if moe.shared_expert_gate else 0)
+    return shared
+
+
+def draft_layer_params(model: ModelSpec) -> int:
+    """One multi-token-prediction draft layer (DeepSeek-V3's MTP module, MODEL.md): a decoder
+    layer like the model's last (attention + its MoE or dense MLP + 2 norms), plus the module's
+    own `eh_proj` (2h -> h) and its two input norms; embeddings and the output head are shared
+    with the main model. DeepSeek-V3: 671.0 B + this = the 685 B the hub lists."""
+    h = model.hidden_size
+    n = attention_params_per_layer(model) + indexer_params_per_layer(model) + model.norms_per_layer * h
+    moe = model.moe
+    if moe and moe.moe_layers and moe.moe_layers[-1]:
+        n += _router_params(model) + _shared_expert_params(model) + moe.n_routed_experts * routed_expert_params(model)
+    elif model.intermediate_size:
+        n += mlp_params(model, model.intermediate_size)
+    return n + 2 * h * h + 2 * h
 
 
 def params_total(model: ModelSpec) -> int:
@@ -154,6 +188,13 @@ def params_streamed_per_step(model: ModelSpec, batch: int) -> float:
     return streamed
 
 
+def routed_params_streamed_per_step(model: ModelSpec, batch: int) -> float:
+    """The routed-expert part of `params_streamed_per_step` (0 for dense models)."""
+    if not model.moe:
+        return 0
+    return experts_touched(model, batch) * model.moe.num_moe_layers * routed_expert_params(model)
+
+
 def active_params_per_token(model: ModelSpec) -> int:
     """Parameters streamed at B = 1: input embedding out, LM head in, k routed experts per MoE
     layer (MODEL.md). Used for step flops: 2 * active * B."""
@@ -164,3 +205,34 @@ def active_params_per_token(model: ModelSpec) -> int:
     if model.moe:
         n += model.moe.num_experts_per_tok * model.moe.num_moe_layers * routed_expert_params(model)
     return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight bytes: one place for every dtype, mixed formats included (MODEL.md, "Weights from
+# quantization_config").
+
+def expert_and_other_dtypes(model: ModelSpec, weights_dtype: str) -> tuple[str, str]:
+    """(dtype of the routed-expert matrices, dtype of everything else). `mxfp4` (gpt-oss)
+    stores the MoE experts at 4.25 bits and the rest (attention, router, embeddings: what
+    `modules_to_not_convert` names) at `torch_dtype`; plain dtypes are the same for both."""
+    if weights_dtype == "mxfp4":
+        return "mxfp4", ("bf16" if model.torch_dtype == "fp32" else model.torch_dtype)
+    return weights_dtype, weights_dtype
+
+
+def weights_bytes(model: ModelSpec, weights_dtype: str, *, params: float | None = None,
+                  routed: float | None = None) -> int:
+    """Bytes of `params` parameters (default: all) of which `routed` (default: all routed
+    experts) are routed-expert weights, stored as `weights_dtype` (int, rounded up)."""
+    from .units import weight_bytes
+
+    if params is None:
+        params = params_total(model)
+        if routed is None:
+            routed = param_breakdown(model)["moe_routed"]
+    if routed is None:
+        routed = 0
+    expert_dtype, other_dtype = expert_and_other_dtypes(model, weights_dtype)
+    if expert_dtype == other_dtype:
+        return weight_bytes(params, other_dtype)
+    return weight_bytes(routed, expert_dtype) + weight_bytes(params - routed, other_dtype)

@@ -30,6 +30,8 @@ KV_BLOCK_FORMATS: dict[str, tuple[int, int]] = {
 # `fp8_ds_mla` (FlashMLA's FP8 latent layout) and `auto` (the model's torch_dtype) are resolved
 # by the KV code, not by a block size: see mla_core.kv.
 KV_DTYPES: tuple[str, ...] = ("auto", *KV_BLOCK_FORMATS, "fp8_ds_mla")
+# Recurrent-state dtypes (`--state-dtype`; `auto` = the model's torch_dtype, MODEL.md).
+STATE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 
 # Weight dtypes as bytes per parameter (numerator, denominator): fp4 is NVFP4-style 9/16 B.
 WEIGHT_DTYPES: dict[str, tuple[int, int]] = {
@@ -38,6 +40,9 @@ WEIGHT_DTYPES: dict[str, tuple[int, int]] = {
     "fp16": (2, 1),
     "fp8": (1, 1),
     "fp4": (9, 16),
+    # MXFP4 (OCP microscaling): 4-bit values + one 8-bit scale per 32 = 4.25 bits. Applies to
+    # MoE expert matrices only; the rest of the model stays at torch_dtype (params.weights_bytes).
+    "mxfp4": (17, 32),
 }
 
 # HF `torch_dtype` / `dtype` spellings -> our names.
@@ -66,17 +71,17 @@ def row_bytes(n_values: int, kv_dtype: str) -> int:
     return -(-n_values // block_values) * block_bytes
 
 
-def weight_bytes(params: int | float, weights_dtype: str) -> int:
-    """Bytes of `params` weights stored as `weights_dtype`, rounded up to a whole byte."""
+def weight_bytes(params, weights_dtype: str):
+    """Bytes of `params` weights stored as `weights_dtype`, rounded up to a whole byte: an int
+    for int or float `params`; element-wise for a numpy array (the sweeps)."""
     try:
         num, den = WEIGHT_DTYPES[weights_dtype]
     except KeyError:
         raise MLAError(
             f"unknown weights dtype {weights_dtype!r}; choose one of {', '.join(WEIGHT_DTYPES)}"
         ) from None
-    if isinstance(params, int):
-        return -(-params * num // den)
-    return int(-(-params * num // den))
+    value = -(-params * num // den)
+    return int(value) if isinstance(params, float) else value
 
 
 # ---------------------------------------------------------------------------------------------

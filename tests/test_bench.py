@@ -36,7 +36,7 @@ from mla_core.bench.schema import validate_result  # noqa: E402
 from mla_core.errors import MLAError  # noqa: E402
 from mla_core.kv import kv_cache_bytes  # noqa: E402
 from mla_core.roofline import attention_flops_per_token_layer  # noqa: E402
-from mla_core.spec import synthetic_model  # noqa: E402
+from mla_core.config import synthetic_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20

@@ -5,7 +5,7 @@ from mla_core.config import load_config, parse_config
 from mla_core.errors import MLAError
 from mla_core.kv import compare_variants, kv_bytes_per_token, kv_bytes_per_token_layer, kv_cache_bytes
 from mla_core.presets import load_model
-from mla_core.spec import synthetic_model
+from mla_core.config import synthetic_model
 
 from conftest import case_config
 

@@ -7,7 +7,8 @@ from mla_core.config import parse_config
 from mla_core.errors import MLAError
 from mla_core.hardware import GPU, custom_gpu
 from mla_core.presets import gpu_entries, load_gpu, load_model, model_entries
-from mla_core.spec import ModelSpec, synthetic_model
+from mla_core.config import synthetic_model
+from mla_core.spec import ModelSpec
 
 from . import params
 from .text import escape_md

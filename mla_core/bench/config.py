@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from ..kv import kv_cache_bytes
 from ..roofline import attention_flops_per_token_layer
-from ..spec import ModelSpec, synthetic_model
+from ..config import synthetic_model
+from ..spec import ModelSpec
 from .errors import BenchError
 
 KERNELS: tuple[str, ...] = (
