@@ -57,11 +57,18 @@ FIELD_ALIASES = {
 
 # HF config classes whose `tie_word_embeddings` defaults to True when the field is absent.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "gpt2", "gpt3", "minicpm3"}
-_UNGATED_MLP = {"falcon", "gpt2", "gpt3", "gpt_neox", "opt"}
+_UNGATED_MLP = {"falcon", "gpt2", "gpt3", "gpt_neox", "opt", "nemotron_h"}  # Nemotron-H: squared-ReLU up/down
 _LAYERNORM = {"falcon", "gpt2", "gpt3", "gpt_neox", "opt"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}  # Qwen2 always has q/k/v biases, no o bias
+# Parts of an architecture the parameter count does not model (the cache answer is exact).
+_PARAMS_NOT_MODELLED = {
+    "gemma3n": "Gemma-3n's per-layer embeddings, AltUp and LAuReL blocks",
+    "gemma3n_text": "Gemma-3n's per-layer embeddings, AltUp and LAuReL blocks",
+}
+# Dense MLPs a layer has beside its MoE block (LongCat-Flash's shortcut-connected MoE: two).
+_EXTRA_DENSE_MLPS = {"longcat_flash": 2}
 _MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}  # Falcon's legacy custom code
 # Config-class defaults that real config.json files leave out (transformers configuration_*.py):
 # Gemma-3's text_config carries no sliding_window_pattern, vocab_size or tie_word_embeddings.
@@ -323,9 +330,18 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         moe, params_complete = None, False
         notes.append(f"parameters: the MoE experts are not counted ({e})")
 
-    intermediate = r.int_("intermediate_size")
+    try:
+        intermediate = r.int_("intermediate_size")
+        if model_type in ("llama4", "llama4_text") and cfg.get("intermediate_size_mlp") is not None:
+            intermediate = r.int_("intermediate_size_mlp")  # Llama 4's dense layers; experts use intermediate_size
+    except ConfigError as e:  # e.g. Gemma-3n's per-layer list: only the parameter count needs it
+        intermediate, params_complete = None, False
+        notes.append(f"parameters: the dense MLP is not counted ({e})")
     if intermediate is None and model_type in ("falcon", "gpt2", "gpt3"):
         intermediate = 4 * hidden
+    if model_type in _PARAMS_NOT_MODELLED:
+        params_complete = False
+        notes.append(f"parameters: {_PARAMS_NOT_MODELLED[model_type]} are not counted")
     vocab = r.int_("vocab_size", maximum=MAX_VOCAB)
 
     tie = r.bool_("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
@@ -405,6 +421,8 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         num_nextn_predict_layers=r.int_("num_nextn_predict_layers", minimum=0, maximum=MAX_LAYERS) or 0,
         max_position_embeddings=r.int_("max_position_embeddings", maximum=MAX_WINDOW),
         quant_modules_not_converted=modules_not_converted,
+        extra_dense_mlps=_EXTRA_DENSE_MLPS.get(model_type, 0),
+        mlp_layers=_mlp_layers(cfg, layers),
         params_complete=params_complete,
         notes=tuple(notes),
     )
@@ -512,7 +530,7 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
         plan = [("full", False)] * n
         kv_caches = 2  # two attention (MLA) blocks a layer, each with its own cache
     elif chunk is not None:
-        no_rope = cfg.get("no_rope_layers")
+        no_rope = cfg.get("no_rope_layers") or None  # [] on the hub means "derive it" (transformers)
         if no_rope is not None:
             if not isinstance(no_rope, list) or len(no_rope) != n or any(v not in (0, 1) or isinstance(v, bool)
                                                                         for v in no_rope):
@@ -546,6 +564,15 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
     return tuple(layers), recurrent
 
 
+def _mlp_layers(cfg: dict, n: int) -> tuple[bool, ...] | None:
+    """Layers with an MLP or MoE block: Nemotron-H's `-` and `E` (its `*` and `M` blocks are
+    attention or Mamba alone); None (every layer) elsewhere."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == n:
+        return tuple(ch in "-E" for ch in pattern)
+    return None
+
+
 def _first_int(r: _Reader, names: tuple[str, ...], what: str, default: int | None = None,
                notes: list[str] | None = None) -> int:
     """The first of `names` present (typed check), else `default` (noted), else a ConfigError."""
@@ -566,7 +593,8 @@ def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> 
         expand = _first_int(r, ("mamba_expand",), "expansion factor")
         n_state = _first_int(r, ("mamba_d_state",), "state size")
         k = _first_int(r, ("mamba_d_conv",), "conv kernel")
-        return RecurrentSpec("mamba1", expand * hidden, 1, 0, n_state, k)
+        dt_rank = r.int_("mamba_dt_rank") or -(-hidden // 16)  # "auto": ceil(hidden / 16)
+        return RecurrentSpec("mamba1", expand * hidden, 1, 0, n_state, k, dt_rank)
     if kind == "mamba2":  # Nemotron-H spellings first, then granite-4.0-h / Falcon-H1's
         h = _first_int(r, ("mamba_num_heads", "mamba_n_heads"), "heads")
         p = _first_int(r, ("mamba_head_dim", "mamba_d_head"), "head dim")
@@ -621,16 +649,44 @@ def _layer_windows(r: _Reader, model_type: str, layers: int) -> tuple[int | None
     return (window,) * layers
 
 
+# Other spellings of the MoE fields (Kimi-Linear, LongCat-Flash, gpt-oss).
+MOE_TOPK_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_topk")
+MOE_WIDTH_FIELDS = ("moe_intermediate_size", "expert_ffn_hidden_size")
+MOE_SHARED_FIELDS = ("n_shared_experts", "num_shared_experts")
+
+
+def _first_present(r: _Reader, names: tuple[str, ...], minimum: int = 1, required: bool = False):
+    for key in names:
+        if r.cfg.get(key) is not None:
+            return r.int_(key, minimum=minimum)
+    if required:
+        raise ConfigError(f"MoE config is missing {names[0]}")
+    return None
+
+
 def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
+    """The MoE structure, by family: DeepSeek-style (`n_routed_experts`, or Kimi's `num_experts`
+    with `first_k_dense_replace`; LongCat's zero experts), Jamba (`expert_layer_period`),
+    Qwen-MoE (`num_experts`), and `num_local_experts` (gpt-oss, Mixtral, MiniMax, granite,
+    Llama 4's `interleave_moe_layer_step`). Only the parameter count needs it."""
     cfg = r.cfg
-    if cfg.get("n_routed_experts") is not None:  # DeepSeek, Kimi, GLM-MoE
-        e = r.int_("n_routed_experts")
+    kwargs: dict = {}
+    if cfg.get("n_routed_experts") is not None or (
+            cfg.get("num_experts") is not None and cfg.get("first_k_dense_replace") is not None):
+        # DeepSeek, Kimi, GLM-MoE, LongCat-Flash
+        e = r.int_("n_routed_experts") if cfg.get("n_routed_experts") is not None else r.int_("num_experts")
         first_dense = r.int_("first_k_dense_replace", minimum=0, maximum=MAX_LAYERS) or 0
         freq = r.int_("moe_layer_freq") or 1
         moe_layers = tuple(i >= first_dense and i % freq == 0 for i in range(layers))
-        inter = r.int_("moe_intermediate_size", required=True)
-        shared = r.int_("n_shared_experts", minimum=0) or 0
-        kwargs = dict(n_shared_experts=shared)
+        inter = _first_present(r, MOE_WIDTH_FIELDS, required=True)
+        kwargs = dict(n_shared_experts=_first_present(r, MOE_SHARED_FIELDS, minimum=0) or 0,
+                      zero_experts=r.int_("zero_expert_num", minimum=0) or 0)
+    elif cfg.get("num_experts") is not None and cfg.get("expert_layer_period") is not None:  # Jamba
+        e = r.int_("num_experts")
+        period = r.int_("expert_layer_period", maximum=MAX_LAYERS)
+        offset = r.int_("expert_layer_offset", minimum=0, maximum=MAX_LAYERS) or 0
+        moe_layers = tuple(i % period == offset for i in range(layers))
+        inter = r.int_("intermediate_size", required=True)
     elif cfg.get("num_experts") is not None and model_type not in ("gpt_oss",):  # Qwen-MoE
         e = r.int_("num_experts", minimum=0)
         if e == 0:
@@ -638,27 +694,29 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
         step = r.int_("decoder_sparse_step") or 1
         dense_only = set(r.int_list("mlp_only_layers", layers - 1))
         moe_layers = tuple(i not in dense_only and (i + 1) % step == 0 for i in range(layers))
-        inter = r.int_("moe_intermediate_size", required=True)
+        inter = _first_present(r, MOE_WIDTH_FIELDS, required=True)
         shared_inter = r.int_("shared_expert_intermediate_size", minimum=0) or 0
         kwargs = dict(shared_expert_intermediate_size=shared_inter, shared_expert_gate=shared_inter > 0)
-    elif cfg.get("num_local_experts") is not None:  # gpt-oss, Mixtral
+    elif cfg.get("num_local_experts") is not None:  # gpt-oss, Mixtral, MiniMax, granite, Llama 4
         e = r.int_("num_local_experts")
-        moe_layers = (True,) * layers
+        step = r.int_("interleave_moe_layer_step", maximum=MAX_LAYERS) or 1
+        moe_layers = tuple((i + 1) % step == 0 for i in range(layers))
         inter = r.int_("intermediate_size", required=True)
         bias = model_type == "gpt_oss"
         kwargs = dict(router_bias=bias, expert_bias=bias)
+        if model_type in ("llama4", "llama4_text"):
+            kwargs["n_shared_experts"] = 1  # one shared expert of the routed width (transformers Llama4TextMoe)
+        shared_inter = r.int_("shared_intermediate_size", minimum=0) or 0
+        if shared_inter:  # granite-4.0-h, MiniMax: one shared MLP beside the experts
+            kwargs["shared_expert_intermediate_size"] = shared_inter
     else:
         return None
-    k = r.int_("num_experts_per_tok")
-    if k is None:
-        k = r.int_("experts_per_token", required=False)
+    k = _first_present(r, MOE_TOPK_FIELDS)
     if k is None:
         raise ConfigError("MoE config is missing num_experts_per_tok")
-    if k > e:
+    if k > e + kwargs.get("zero_experts", 0):
         raise ConfigError(f"num_experts_per_tok ({k}) exceeds the number of routed experts ({e})")
     return MoESpec(e, k, inter, moe_layers, **kwargs)
-
-
 # ---------------------------------------------------------------------------------------------
 # Hand-set architectures (CLI `--attention ...`, the KV page's manual mode), built through the parser.
 

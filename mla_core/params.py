@@ -87,13 +87,16 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     h, layers = model.hidden_size, model.num_hidden_layers
     embed = (model.vocab_size or 0) * h
     norm = h * (2 if model.norm_with_bias else 1)
-    attn_layers = layers * _attention_blocks(model)
+    decoder = [layer for layer in model.layers if not layer.draft]
+    attn_layers = sum(1 for layer in decoder if layer.attention != "none") * _attention_blocks(model)
+    rec_layers = sum(1 for layer in decoder if layer.recurrent)
     out = {
         "embed_tokens": embed,
         "lm_head": 0 if model.tie_word_embeddings else embed,
         "position_embeddings": model.learned_pos_embeddings * h,
         "attention": attn_layers * attention_params_per_layer(model),
         "indexer": attn_layers * indexer_params_per_layer(model),
+        "recurrent": rec_layers * recurrent_params_per_layer(model),
         "norms": layers * model.norms_per_layer * norm + norm,
         "mlp_dense": 0,
         "moe_router": 0,
@@ -103,10 +106,11 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     }
     moe = model.moe
     moe_layers = moe.moe_layers if moe else (False,) * layers
+    has_mlp = model.mlp_layers if model.mlp_layers is not None else (True,) * layers
     n_moe = sum(moe_layers)
-    n_dense = layers - n_moe
+    n_dense = sum(1 for m, e in zip(has_mlp, moe_layers) if m and not e)
     if model.intermediate_size:
-        out["mlp_dense"] = n_dense * mlp_params(model, model.intermediate_size)
+        out["mlp_dense"] = (n_dense + n_moe * model.extra_dense_mlps) * mlp_params(model, model.intermediate_size)
     if moe:
         out["moe_router"] = n_moe * _router_params(model)
         out["moe_shared"] = n_moe * _shared_expert_params(model)
@@ -114,6 +118,44 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     if model.draft_layers:
         out["draft_layers"] = model.draft_layers * draft_layer_params(model)
     return out
+
+
+def recurrent_params_per_layer(model: ModelSpec) -> int:
+    """Parameters of one recurrent mixer (0 without one), by kind, from the reference
+    implementations' module shapes (transformers modeling_{mamba,mamba2,qwen3_next,kimi_linear,
+    minimax}); d_in = H * P, h = hidden size:
+      Mamba-1   in_proj h x 2 d_in, conv d_in x K (+ bias), x_proj d_in x (dt_rank + 2N),
+                dt_proj dt_rank x d_in (+ bias), A_log d_in x N, D d_in, out_proj d_in x h
+      Mamba-2   in_proj h x (2 d_in + 2 G N + H), conv (d_in + 2 G N) x K (+ bias),
+                dt_bias, A_log, D (H each), gated norm d_in, out_proj d_in x h
+      GDN       in_proj_qkvz h x (2 G N + 2 d_in), in_proj_ba h x 2H, conv (2 G N + d_in) x K,
+                dt_bias, A_log (H each), norm P, out_proj d_in x h
+      KDA       q, k, v h x d_in each, conv 3 d_in x K, forget and output gates low-rank
+                (h x P + P x d_in each), beta h x H, A_log H, dt_bias d_in, norm P, o_proj d_in x h
+      lightning qkv h x 3 d_in, output gate h x d_in, norm d_in, out_proj d_in x h
+    """
+    rec = model.recurrent
+    if rec is None:
+        return 0
+    h = model.hidden_size
+    d_in = rec.num_heads * rec.head_dim
+    gn = rec.num_groups * rec.state_size
+    k = rec.conv_kernel
+    if rec.kind == "mamba1":
+        return (h * 2 * d_in + d_in * k + d_in + d_in * (rec.dt_rank + 2 * rec.state_size)
+                + rec.dt_rank * d_in + d_in + d_in * rec.state_size + d_in + d_in * h)
+    if rec.kind == "mamba2":
+        conv_dim = d_in + 2 * gn
+        return h * (2 * d_in + 2 * gn + rec.num_heads) + conv_dim * (k + 1) + 3 * rec.num_heads + d_in + d_in * h
+    if rec.kind == "gdn":
+        conv_dim = 2 * gn + d_in
+        return h * (2 * gn + 2 * d_in) + h * 2 * rec.num_heads + conv_dim * k + 2 * rec.num_heads + rec.head_dim + d_in * h
+    if rec.kind == "kda":
+        gates = 2 * (h * rec.head_dim + rec.head_dim * d_in)
+        return 3 * h * d_in + 3 * d_in * k + gates + h * rec.num_heads + rec.num_heads + d_in + rec.head_dim + d_in * h
+    if rec.kind == "lightning":
+        return 3 * h * d_in + h * d_in + d_in + d_in * h
+    return 0
 
 
 def _attention_blocks(model: ModelSpec) -> int:

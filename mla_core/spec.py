@@ -140,6 +140,7 @@ class RecurrentSpec:
     num_groups: int  # G (0 when the kind has no separate key groups in its conv)
     state_size: int  # N
     conv_kernel: int  # K (1: no conv state)
+    dt_rank: int = 0  # Mamba-1's low-rank time-step projection (parameters only)
 
     @property
     def label(self) -> str:
@@ -249,6 +250,8 @@ class ModelSpec:
     num_nextn_predict_layers: int = 0  # DeepSeek / GLM MTP draft layers the checkpoint ships
     max_position_embeddings: int | None = None  # the longest context the model was trained for
     quant_modules_not_converted: tuple[str, ...] = ()  # quantization_config.modules_to_not_convert
+    extra_dense_mlps: int = 0  # dense MLPs beside each MoE block (LongCat-Flash: 2)
+    mlp_layers: tuple[bool, ...] | None = None  # layers with an MLP or MoE block (None: all; Nemotron-H: - and E)
     params_complete: bool = True  # False when a field only the parameter count needs is missing
     notes: tuple[str, ...] = ()  # assumptions the parser made, shown to the user
 
