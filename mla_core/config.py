@@ -55,6 +55,30 @@ FIELD_ALIASES = {
     "intermediate_size": ("intermediate_size", "ffn_hidden_size", "n_inner"),
 }
 
+# Every top-level field `parse_config` reads (besides FIELD_ALIASES' spellings and nested
+# `text_config` / `quantization_config`): what a link must carry so the model reads back the same.
+FIELDS_READ = (
+    "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
+    "intermediate_size_mlp", "moe_intermediate_size", "expert_ffn_hidden_size", "n_routed_experts",
+    "n_shared_experts", "num_shared_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
+    "num_experts_per_token", "experts_per_token", "moe_topk", "zero_expert_num", "first_k_dense_replace",
+    "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size",
+    "shared_intermediate_size", "interleave_moe_layer_step", "expert_layer_period", "expert_layer_offset",
+    "vocab_size", "tie_word_embeddings", "torch_dtype", "dtype",
+    "sliding_window", "sliding_window_pattern", "use_sliding_window", "max_window_layers", "layer_types",
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "num_kv_shared_layers",
+    "hybrid_override_pattern", "full_attention_interval", "linear_attn_config", "attn_type_list",
+    "attn_layer_period", "attn_layer_offset",
+    "mamba_num_heads", "mamba_n_heads", "mamba_head_dim", "mamba_d_head", "n_groups", "mamba_n_groups",
+    "ssm_state_size", "mamba_d_state", "conv_kernel", "mamba_d_conv", "mamba_expand", "mamba_dt_rank",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
+    "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
+    "max_position_embeddings",
+)
+
 # HF config classes whose `tie_word_embeddings` defaults to True when the field is absent.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "gpt2", "gpt3", "minicpm3"}
 _UNGATED_MLP = {"falcon", "gpt2", "gpt3", "gpt_neox", "opt", "nemotron_h"}  # Nemotron-H: squared-ReLU up/down

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import MLAError
 from .results import Result
@@ -239,6 +240,56 @@ def layer_kind(model: ModelSpec, layer) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class LayerCell(Result):
+    """One layer of the KV page's layer map: what it holds for one sequence at the context."""
+
+    index: int  # 0-based; draft layers follow the decoder layers
+    kind: str  # as `LayerGroup.kind`
+    label: str
+    draft: bool
+    tokens_held: int
+    kv_bytes: int
+    state_bytes: int
+    bytes: int  # kv + state
+
+
+@dataclass(frozen=True)
+class LayerMap(Result):
+    """Everything the layer map draws: one cell per layer, the kinds in first-seen order with
+    their labels, and the totals for one sequence (bytes, ints)."""
+
+    context: int
+    kinds: tuple[str, ...]
+    kind_labels: tuple[str, ...]
+    cells: tuple[LayerCell, ...]
+    kv_bytes_per_sequence: int
+    state_bytes_per_sequence: int
+    cache_bytes_per_sequence: int
+    all_full_attention_bytes_per_sequence: int
+    is_hybrid: bool
+
+
+def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
+              state_dtype: str = "auto", block_size: int | None = None) -> LayerMap:
+    """The model's layers one by one at `context` tokens (one sequence), for the layer map, with
+    what the same model would hold with every layer full attention of its attention shape.
+    Raises MLAError on bad inputs."""
+    groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size)
+    cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
+                              g.state_bytes_per_layer, g.bytes_per_layer)
+                    for g in groups for i in g.layer_indices), key=lambda c: c.index)
+    kinds: dict[str, str] = {}
+    for g in groups:
+        kinds.setdefault(g.kind, g.label)
+    kv = sum(c.kv_bytes for c in cells)
+    state = sum(c.state_bytes for c in cells)
+    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
+    full = per_layer * len(model.layers) * tokens_held(context, None, block_size)
+    return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
+                    model.is_hybrid)
+
+
+@dataclass(frozen=True)
 class KVReport(Result):
     """Everything the `kv` command and the KV page show for one model (bytes are ints).
 
@@ -359,6 +410,28 @@ def gqa_group_choices(model: ModelSpec) -> list[int]:
     return divisors(model.attention.num_attention_heads)
 
 
+class Variant(NamedTuple):
+    """One same-width counterfactual of a model (a typed value; unpacks as
+    (label, spec, cache_layout, kv_dtype)). `key` names it for pages and links: 'mha', 'gqa',
+    'mqa', 'mla' (the latent) or 'mla-expanded'; `kind` is the attention kind."""
+
+    label: str
+    spec: ModelSpec
+    cache_layout: str
+    kv_dtype: str
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def key(self) -> str:
+        return "mla-expanded" if self.cache_layout == "expanded" else self.spec.kind
+
+
+VARIANT_KEYS = ("mha", "gqa", "mqa", "mla", "mla-expanded")
+
+
 def variant_specs(
     model: ModelSpec,
     kv_dtype: str = "auto",
@@ -366,10 +439,10 @@ def variant_specs(
     gqa_groups: int | None = None,
     kv_lora_rank: int | None = None,
     qk_rope_head_dim: int | None = None,
-) -> list[tuple[str, ModelSpec, str, str]]:
-    """[(label, spec, cache_layout, kv_dtype)] of the same-width variants: MHA, GQA-g, MQA,
-    MLA (latent) and, unless the dtype is fp8_ds_mla, MLA expanded (see `spec.as_variant`).
-    `auto` resolves to the model's torch_dtype; fp8_ds_mla becomes fp8 for non-MLA variants."""
+) -> list[Variant]:
+    """The same-width variants (`Variant`s): MHA, GQA-g, MQA, MLA (latent) and, unless the dtype
+    is fp8_ds_mla, MLA expanded (see `spec.as_variant`). `auto` resolves to the model's
+    torch_dtype; fp8_ds_mla becomes fp8 for non-MLA variants."""
     resolve_kv_dtype(model, kv_dtype)  # validates the user's choice against the real model
     if kv_dtype == "auto":
         kv_dtype = model.torch_dtype
@@ -383,7 +456,7 @@ def variant_specs(
     ]
     if kv_dtype != "fp8_ds_mla":
         out.append(("MLA expanded", mla, "expanded"))
-    return [(label, spec, layout, variant_kv_dtype(spec.kind, kv_dtype)) for label, spec, layout in out]
+    return [Variant(label, spec, layout, variant_kv_dtype(spec.kind, kv_dtype)) for label, spec, layout in out]
 
 
 def compare_variants(
@@ -417,6 +490,7 @@ def compare_variants(
             one_head = model.num_hidden_layers * 2 * row_bytes(model.attention.head_dim, dtype)
         rows.append({
             "variant": label,
+            "key": "mla-expanded" if layout == "expanded" else spec.kind,
             "kind": spec.kind if layout == "latent" else "mla-expanded",
             "is_model": layout == "latent" and spec.attention == model.attention,
             # KV heads cached per token: none for the latent, every query head for the expanded cache.
@@ -428,7 +502,7 @@ def compare_variants(
             "vs_mha": mha_bytes / per_token,
             "gqa_groups_equivalent": per_token / one_head,
         })
-    latent = next(r["kv_bytes_per_token"] for r in rows if r["variant"] == "MLA (latent)")
+    latent = next(r["kv_bytes_per_token"] for r in rows if r["key"] == "mla")
     for r in rows:
         r["vs_mla_latent"] = r["kv_bytes_per_token"] / latent
     return rows

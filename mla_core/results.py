@@ -36,6 +36,12 @@ class Result:
             raise KeyError(key)
         return getattr(self, key)
 
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(fields(self))
+
     def __contains__(self, key) -> bool:
         return isinstance(key, str) and key in self.keys()
 

@@ -27,6 +27,7 @@ KV heads, the MLA latent whole.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import MLAError
 from .hardware import GPU
@@ -254,6 +255,37 @@ def roofline(
         attention_time_s=att["attention_time_s"],
         attention_bound=att["bound"],
     )
+
+
+class DecodeVariant(NamedTuple):
+    """One variant's decode attention: unpacks as (label, spec, kv_dtype, mla_path)."""
+
+    label: str
+    spec: ModelSpec
+    kv_dtype: str
+    mla_path: str
+
+    @property
+    def key(self) -> str:
+        return f"mla-{self.mla_path}" if self.spec.is_mla else self.spec.kind
+
+
+def decode_variants(model: ModelSpec, kv_dtype: str = "auto", **variant_kw) -> list[DecodeVariant]:
+    """The same-width variants of `kv.variant_specs` as the decode step runs them: the MLA
+    latent twice (absorbed, recompute), the expanded cache once, the rest as themselves.
+    `variant_kw`: gqa_groups, kv_lora_rank, qk_rope_head_dim."""
+    from .kv import variant_specs
+
+    out = []
+    for var in variant_specs(model, kv_dtype, **variant_kw):
+        if var.key == "mla":
+            out += [DecodeVariant("MLA absorbed", var.spec, var.kv_dtype, "absorbed"),
+                    DecodeVariant("MLA recompute", var.spec, var.kv_dtype, "recompute")]
+        elif var.key == "mla-expanded":
+            out.append(DecodeVariant("MLA expanded", var.spec, var.kv_dtype, "expanded"))
+        else:
+            out.append(DecodeVariant(var.label, var.spec, var.kv_dtype, "absorbed"))
+    return out
 
 
 def attainable_flops(intensity: float, gpu: GPU, dtype: str = "bf16") -> float:

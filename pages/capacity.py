@@ -203,7 +203,10 @@ m3.metric("Max tokens per GPU", format_tokens(main["max_tokens_per_gpu"]),
 m4.metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
           help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                "(TP ranks of one replica hold the same tokens).")
-m1, m2, m3, m4 = st.columns(4)
+m1, m2, m3, m4, m5 = st.columns(5)
+m5.metric("Recurrent state per request", format_bytes(main["state_bytes_per_request_per_gpu"]),
+          help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning layers): "
+               "held once per sequence whatever its length, counted in each request's bytes")
 m1.metric("Weights per GPU", format_bytes(main["weights_bytes_per_gpu"]),
           help=f"{main['weights_bytes_per_gpu']:,} B: {main['params_total']:,} parameters as {main['weights_dtype']}, "
                + ("attention whole on every GPU, the rest / num_gpus" if dp else f"/ tp = {tp}"))

@@ -6,9 +6,10 @@ import streamlit as st
 from mla_core.config import loads_config, parse_config
 from mla_core.errors import MLAError
 from mla_core.kv import (compare_variants, default_gqa_groups, gqa_group_choices, kv_report, variant_specs)
+from mla_core.kv import layer_map as kv_layer_map
 from mla_core.sweeps import kv_cache_bytes_vs_context, log_contexts
 from mla_core.units import GiB, format_bytes, format_tokens
-from ui import charts, models, params, state, text
+from ui import charts, layer_map, models, params, state, text
 from ui.text import escape_md
 
 v = state.values()
@@ -127,6 +128,12 @@ m3.metric("Per sequence", format_bytes(report["kv_cache_bytes_per_sequence"]),
           help=f"{report['kv_cache_bytes_per_sequence']:,} B for one sequence of {T:,} tokens")
 m4.metric(f"Batch of {B:,}", format_bytes(report["kv_cache_bytes"]), help=f"{report['kv_cache_bytes']:,} B")
 
+# --- the layer map: what each layer holds ---------------------------------------------------------
+try:
+    layer_map.section(kv_layer_map(model, T, kv_dtype, layout, block_size=block), present)
+except MLAError as e:
+    text.error(e)
+
 # --- the same width as MHA, GQA, MQA and MLA ----------------------------------------------------
 st.subheader("The same width, four ways")
 with st.expander("Comparison settings", expanded=not present):
@@ -157,12 +164,12 @@ except MLAError as e:
     text.error(e)
     st.stop()
 
-by_name = {r["variant"]: r for r in rows}
-mla_row = by_name["MLA (latent)"]
+by_key = {r["key"]: r for r in rows}
+mla_row = by_key["mla"]
 sentence = (f"**MLA = GQA with {mla_row['gqa_groups_equivalent']:.3g} groups**: the latent is "
             f"{mla_row['vs_mha']:.1f}x smaller than MHA")
-if "MLA expanded" in by_name:
-    sentence += (f", and {by_name['MLA expanded']['vs_mla_latent']:.1f}x "
+if "mla-expanded" in by_key:
+    sentence += (f", and {by_key['mla-expanded']['vs_mla_latent']:.1f}x "
                  "smaller than the expanded per-head cache an MLA-unaware engine keeps")
 st.markdown(sentence + ".")
 st.caption("Convention: same layers, query heads and windows; the MHA, GQA and MQA rows use d_h "
@@ -191,7 +198,8 @@ st.download_button("Download the table (CSV)", csv, file_name="kv_cache_variants
 hi = min(params.MAX_UI_CONTEXT, max(1 << 20, 4 * T))
 contexts = log_contexts(min(1024, T), hi, 256)
 fig = go.Figure()
-for label, spec, lay, dtype in specs:
+for var in specs:
+    label, spec, lay, dtype = var
     nbytes = kv_cache_bytes_vs_context(spec, contexts, B, dtype, lay, block_size=block)
     exact = [format_bytes(int(n)) + f" ({int(n):,} B)" for n in nbytes]
     fig.add_trace(go.Scatter(
@@ -200,7 +208,7 @@ for label, spec, lay, dtype in specs:
         customdata=[[e, format_tokens(int(t))] for e, t in zip(exact, contexts)],
         hovertemplate=f"{label}<br>%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>",
     ))
-    here = by_name[label]["kv_cache_bytes"]
+    here = by_key[var.key]["kv_cache_bytes"]
     fig.add_trace(go.Scatter(x=[T], y=[here / GiB], mode="markers", showlegend=False,
                              marker={"color": charts.color_for(label), "size": 14 if present else 10,
                                      "line": {"width": 1, "color": "#333"}},

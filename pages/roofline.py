@@ -9,8 +9,8 @@ import streamlit as st
 
 from mla_core.errors import MLAError
 from mla_core.hardware import custom_gpu
-from mla_core.kv import default_gqa_groups, gqa_group_choices, resolve_kv_dtype, variant_specs
-from mla_core.roofline import MLA_PATHS, attainable_flops, attention_roofline, roofline
+from mla_core.kv import default_gqa_groups, gqa_group_choices, resolve_kv_dtype
+from mla_core.roofline import MLA_PATHS, attainable_flops, attention_roofline, decode_variants, roofline
 from mla_core.sweeps import decode_step_vs_batch, log_contexts
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
                             format_seconds, format_tokens)
@@ -99,16 +99,8 @@ if model.is_mla and mla_path == "expanded" and kv_dtype == "fp8_ds_mla":
 
 # --- the variants' attention on the roofline (all heads on one GPU) -------------------------------
 try:
-    specs = variant_specs(model, kv_dtype, gqa_groups=v["gqa_groups"] or None,
-                          kv_lora_rank=v["cmp_kv_lora_rank"] or None, qk_rope_head_dim=v["cmp_rope_dim"] or None)
-    variants = []  # (label, spec, kv dtype, mla path)
-    for label, spec, layout, dtype in specs:
-        if label == "MLA (latent)":
-            variants += [("MLA absorbed", spec, dtype, "absorbed"), ("MLA recompute", spec, dtype, "recompute")]
-        elif label == "MLA expanded":
-            variants.append(("MLA expanded", spec, dtype, "expanded"))
-        else:
-            variants.append((label, spec, dtype, "absorbed"))
+    variants = decode_variants(model, kv_dtype, gqa_groups=v["gqa_groups"] or None,
+                               kv_lora_rank=v["cmp_kv_lora_rank"] or None, qk_rope_head_dim=v["cmp_rope_dim"] or None)
     points = [(label, spec, dtype, path,
                attention_roofline(spec, gpu, context=T, batch=B, kv_dtype=dtype, mla_path=path))
               for label, spec, dtype, path in variants]

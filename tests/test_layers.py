@@ -279,3 +279,14 @@ def test_cli_state_dtype_and_draft_layers():
 def test_readable_table_shows_the_groups():
     rc, text, _ = run_cli("kv", "--model", "qwen3-next-80b-a3b", "--context", "4096")
     assert rc == 0 and "36 x gdn" in text and "Gated DeltaNet state" in text and "recurrent state per sequence" in text
+
+
+@pytest.mark.parametrize("preset", model_ids())
+def test_a_link_carries_every_field_the_parser_reads(preset):
+    # The app keeps an uploaded config in the link as its slimmed fields: they must read back the
+    # same model (layer kinds, state shape, MoE, weights dtype), for every preset's real config.
+    from ui.params import decode_config, encode_config
+
+    cfg = model_entries()[preset]["config"]
+    back = parse_config(decode_config(encode_config(cfg)), name=preset)
+    assert back == parse_config(cfg, name=preset)

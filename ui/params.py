@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mla_core.config import FIELD_ALIASES
+from mla_core.config import FIELD_ALIASES, FIELDS_READ
 from mla_core.config import MAX_CONFIG_BYTES, TEXT_CONFIG_INHERITED, parse_config
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
@@ -26,18 +26,7 @@ MAX_UI_CONTEXT = 10**15  # exact in a browser (below 2**53)
 MAX_UI_BATCH = 10**6  # the sidebar's batch input goes this far
 CUSTOM = "custom"  # model set by hand on the KV page
 UPLOAD = "upload"  # model from an uploaded or pasted config.json (kept in the `config` parameter)
-CONFIG_FIELDS = (
-    "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
-    "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "num_experts", "num_local_experts",
-    "num_experts_per_tok", "experts_per_token", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
-    "mlp_only_layers", "shared_expert_intermediate_size", "vocab_size", "tie_word_embeddings", "torch_dtype", "dtype",
-    "sliding_window", "sliding_window_pattern", "use_sliding_window", "max_window_layers", "layer_types",
-    "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
-    "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
-    "max_position_embeddings",
-    *(alias for names in FIELD_ALIASES.values() for alias in names),
-)
+CONFIG_FIELDS = (*FIELDS_READ, *(alias for names in FIELD_ALIASES.values() for alias in names))
 
 
 def _short(text: str) -> str:
@@ -129,7 +118,7 @@ def slim_config(cfg: dict) -> dict:
     slim = {k: src[k] for k in CONFIG_FIELDS if k in src}
     qc = src.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("quant_method"), str):
-        slim["quantization_config"] = {"quant_method": qc["quant_method"]}
+        slim["quantization_config"] = {k: qc[k] for k in ("quant_method", "modules_to_not_convert") if k in qc}
     return slim
 
 
