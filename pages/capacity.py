@@ -337,7 +337,8 @@ if dots:
     ))
 charts.style(fig, title=f"Whole requests that fit at once against context ({num_gpus} × {_plot_text(gpu.name)}, "
                         f"{_mode(dp, tp)})", x_title="context (tokens per request)",
-             y_title="whole concurrent requests (count)", log_x=True, log_y=True, present=present)
+             y_title="whole concurrent requests (count)", log_x=True, log_y=True, present=present,
+             x_tokens=(int(contexts[0]), int(contexts[-1])))
 charts.show(fig, "capacity-requests-vs-context")
 st.caption(f"Dots: the chosen context ({format_tokens(T)}). A line stops where not one whole request fits.")
 

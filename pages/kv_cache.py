@@ -207,5 +207,6 @@ for label, spec, lay, dtype in specs:
                              hovertemplate=f"{label} at {format_tokens(T)}<br>{format_bytes(here)} "
                                            f"({here:,} B)<extra></extra>"))
 charts.style(fig, title=f"KV cache of {B:,} sequence(s) against context", x_title="context (tokens per sequence)",
-             y_title="KV cache (GiB)", log_x=True, log_y=True, present=present)
+             y_title="KV cache (GiB)", log_x=True, log_y=True, present=present,
+             x_tokens=(int(contexts[0]), int(contexts[-1])))
 charts.show(fig, "kv-cache-vs-context")
