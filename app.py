@@ -16,7 +16,8 @@ st.set_page_config(
     initial_sidebar_state="collapsed" if present else "expanded",
     menu_items={"About": "The MLA explorer: KV cache, capacity and decode roofline of Multi-head Latent "
                          "Attention against MHA, GQA and MQA. Every figure follows the definitions in the "
-                         "project's [docs/model.md](docs/model.md) (symbols, formulas, units, sources). "
+                         "project's docs/model.md, shown on the [Definitions](/definitions) page (symbols, "
+                         "formulas, units, sources). "
                          + TOKEN_RULE},
 )
 
@@ -29,6 +30,7 @@ PAGES = [
     st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
     st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
     st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:", url_path="published-figures"),
+    st.Page("pages/definitions.py", title="Definitions", icon=":material/menu_book:", url_path="definitions"),
 ]
 page = st.navigation(PAGES)
 
