@@ -122,4 +122,4 @@ def test_the_definitions_page_shows_docs_model_md():
     at = run_page("pages/definitions.py")
     no_exceptions(at)
     with open(os.path.join(ROOT, "docs", "model.md"), encoding="utf-8") as f:
-        assert at.markdown[0].value == f.read()
+        assert at.markdown[0].value == f.read().strip()
