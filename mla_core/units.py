@@ -11,7 +11,8 @@ in, which take their short form: K = 1,024 tokens and M = 1,048,576 tokens, for 
 from 1,024 up or such a power times an odd number below 32 ("4K" = 4,096, "32K" = 32,768,
 "128K" = 131,072, "160K" = 163,840, "1M" = 1,048,576, "1,536K" = 1,572,864). M is used when the
 count is a whole number of M, else K. A short form is always exact: "128K" never stands for
-128,000 and 1,000,000 tokens is never "1M". Token rates are written out too
+128,000 and 1,000,000 tokens is never "1M"; where the exact figure helps it stands beside the
+short form ("131,072 tokens (128K)", `format_tokens_exact`). Token rates are written out too
 ("3,457 tokens/s"); parameter and flop counts use decimal K, M, B, T (`format_count`).
 """
 from __future__ import annotations

@@ -15,7 +15,8 @@ from mla_core.errors import MLAError
 from mla_core.kv import gqa_group_choices, heads_per_gpu, variant_specs
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.sweeps import concurrent_requests_vs_context, log_contexts
-from mla_core.units import KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens, gib_to_bytes
+from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens,
+                            format_tokens_exact, gib_to_bytes)
 from ui import charts, models, params, state
 from ui.text import escape_md
 
@@ -199,7 +200,7 @@ m2.metric("Max concurrency (engine-style)", f"{main['max_concurrency']:.2f}x",
           help="Max tokens in the deployment / context, as vLLM logs 'Maximum concurrency for T tokens per "
                "request': counts fractions of a request.")
 m3.metric("Max tokens per GPU", format_tokens(main["max_tokens_per_gpu"]),
-          help=f"{main['max_tokens_per_gpu']:,} tokens ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
+          help=f"{format_tokens_exact(main['max_tokens_per_gpu'])} ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
 m4.metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
           help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                "(TP ranks of one replica hold the same tokens).")
@@ -464,7 +465,7 @@ for c, col in zip(configs, cols):
         st.metric(f"Config {i}: whole requests of {format_tokens(T)}", _requests(r["max_concurrent_requests"]),
                   help=f"{r['replicas']} replica(s); engine-style max concurrency {r['max_concurrency']:.2f}x")
         st.metric(f"Config {i}: max tokens in the deployment", format_tokens(r["max_tokens_total"]),
-                  help=f"{r['max_tokens_total']:,} tokens")
+                  help=format_tokens_exact(r['max_tokens_total']))
         st.metric(f"Config {i}: KV budget per GPU", format_bytes(r["kv_budget_bytes_per_gpu"]),
                   help=f"{r['kv_budget_bytes_per_gpu']:,} B")
         st.metric(f"Config {i}: KV bytes per token per GPU", format_bytes(r["kv_bytes_per_token_per_gpu"]),

@@ -7,7 +7,7 @@ from mla_core.config import loads_config, parse_config
 from mla_core.errors import MLAError
 from mla_core.kv import (compare_variants, default_gqa_groups, gqa_group_choices, kv_report, variant_specs)
 from mla_core.sweeps import kv_cache_bytes_vs_context, log_contexts
-from mla_core.units import GiB, format_bytes, format_tokens
+from mla_core.units import GiB, format_bytes, format_tokens, format_tokens_exact
 from ui import charts, models, params, state, text
 from ui.text import escape_md
 
@@ -124,7 +124,7 @@ m1.metric("KV bytes per token", format_bytes(report["kv_bytes_per_token"]),
 m2.metric("Per token per layer", format_bytes(report["kv_bytes_per_token_per_layer"]),
           help=f"{report['kv_bytes_per_token_per_layer']:,} B")
 m3.metric("Per sequence", format_bytes(report["kv_cache_bytes_per_sequence"]),
-          help=f"{report['kv_cache_bytes_per_sequence']:,} B for one sequence of {T:,} tokens")
+          help=f"{report['kv_cache_bytes_per_sequence']:,} B for one sequence of {format_tokens_exact(T)}")
 m4.metric(f"Batch of {B:,}", format_bytes(report["kv_cache_bytes"]), help=f"{report['kv_cache_bytes']:,} B")
 
 # --- the same width as MHA, GQA, MQA and MLA ----------------------------------------------------
