@@ -2,7 +2,7 @@
 
 How Multi-head Latent Attention (DeepSeek-V2/V3) changes the KV cache, the decode roofline and
 the number of concurrent requests a GPU holds, against MHA, GQA and MQA. Every definition
-follows shared/design/MODEL.md.
+follows docs/model.md.
 
 Symbols (HF config.json names; DeepSeek-V3 values):
 

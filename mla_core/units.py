@@ -1,6 +1,6 @@
 """Element sizes of cache and weight dtypes, and the one place numbers are formatted.
 
-Units (MODEL.md, "Units"): bytes are Python ints; memory is shown in binary units
+Units (docs/model.md, "Units"): bytes are Python ints; memory is shown in binary units
 (KiB, MiB, GiB = 2**30 B); bandwidth and flops in decimal units (GB/s = 1e9 B/s,
 TB/s = 1e12 B/s, TFLOP/s = 1e12 flop/s) as vendors print them.
 
@@ -22,7 +22,7 @@ from .errors import MLAError
 GiB = 2**30
 
 # KV-cache dtypes as (values per block, bytes per block). Plain dtypes are blocks of one value.
-# Block formats round each cached row up to whole blocks (MODEL.md, "Cache bytes").
+# Block formats round each cached row up to whole blocks (docs/model.md, "Cache bytes").
 #   q8_0: 32 int8 values + one fp16 scale = 34 B      (llama.cpp / GGML block format)
 #   q4_0: 32 int4 values + one fp16 scale = 18 B      (llama.cpp / GGML block format)
 #   fp4:  16 fp4 values (8 B) + one fp8 scale = 9 B   (NVFP4 style: 0.5 B/value + 1 B per 16)
@@ -297,5 +297,5 @@ def floor_decimal_times(x: float | int, n: int, places: int = 9) -> int:
 
 
 def gib_to_bytes(gib: float | int) -> int:
-    """floor(X * 2**30): what `--kv-budget-gib X` and a typed memory size mean (MODEL.md)."""
+    """floor(X * 2**30): what `--kv-budget-gib X` and a typed memory size mean (docs/model.md)."""
     return floor_decimal_times(gib, GiB)

@@ -1,7 +1,7 @@
 """Capacity: tokens and whole requests that fit per GPU and per deployment; MLA against MHA/GQA/MQA.
 
 Every number comes from mla_core.capacity (scalars) or mla_core.sweeps (chart arrays); this page
-reads the shared state, calls them and draws. Definitions: shared/design/MODEL.md, "Capacity per GPU".
+reads the shared state, calls them and draws. Definitions: docs/model.md, "Capacity per GPU".
 """
 import html
 
@@ -46,7 +46,7 @@ def _mode(dp_attention: bool, tp: int) -> str:
 
 
 def _check_parallel(num_gpus: int, tp: int, where: str) -> tuple[int, str | None]:
-    """(num_gpus to use, error): tp must divide num_gpus (MODEL.md); else one TP group is shown."""
+    """(num_gpus to use, error): tp must divide num_gpus (docs/model.md); else one TP group is shown."""
     if num_gpus % tp:
         return tp, (f"{where}: tp ({tp}) must divide num_gpus ({num_gpus}). "
                     f"Showing num_gpus = {tp} (one TP group) instead.")

@@ -1,7 +1,7 @@
 """Decode roofline: each attention variant's decode on the chosen GPU's roofline, the whole
 decode step against batch, and MLA's intensity per GPU under TP against DP-attention.
 
-Every number comes from mla_core.roofline / mla_core.sweeps (MODEL.md, "Decode step roofline");
+Every number comes from mla_core.roofline / mla_core.sweeps (docs/model.md, "Decode step roofline");
 measured points come from the benchmark page's result (ui.measured)."""
 import pandas as pd
 import plotly.graph_objects as go
