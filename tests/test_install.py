@@ -139,6 +139,17 @@ def test_every_subcommand_is_there_and_errors_are_one_line(installed):
     assert "docs/model.md" in _run(installed, "--help").stdout
 
 
+def test_bench_measures_from_the_installed_copy(installed):
+    # The smallest real run (torch on the CPU): a copy and an absorbed MLA decode step.
+    p = _run(installed, "bench", "--device", "cpu", "--batch", "1", "--context", "64", "--heads", "2",
+             "--gqa-groups", "1", "--stream-bytes", "1M", "--matmul-n", "64", "--reps", "3", "--budget-s", "0.05",
+             "--kernels", "copy,mla_absorbed_decode", "--no-progress", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr[-1000:]
+    result = json.loads(p.stdout)
+    assert [r["kernel"] for r in result["results"]] == ["copy", "mla_absorbed_decode"]
+    assert all(r["median_s"] > 0 for r in result["results"])
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
