@@ -4,7 +4,7 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 """
 import streamlit as st
 
-from mla_core.units import KV_DTYPES
+from mla_core.units import KV_DTYPES, TOKEN_RULE, token_label
 from ui import charts, models, params, state
 
 state.init()
@@ -15,7 +15,10 @@ st.set_page_config(
     layout="wide",
     initial_sidebar_state="collapsed" if present else "expanded",
     menu_items={"About": "The MLA explorer: KV cache, capacity and decode roofline of Multi-head Latent "
-                         "Attention against MHA, GQA and MQA. Definitions: shared/design/MODEL.md."},
+                         "Attention against MHA, GQA and MQA. Every figure follows the definitions in the "
+                         "project's docs/model.md, shown on the [Definitions](/definitions) page (symbols, "
+                         "formulas, units, sources). "
+                         + TOKEN_RULE},
 )
 
 # URL paths differ from the file names on purpose: AppTest otherwise mistakes a page for a
@@ -27,11 +30,12 @@ PAGES = [
     st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
     st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
     st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:", url_path="published-figures"),
+    st.Page("pages/definitions.py", title="Definitions", icon=":material/menu_book:", url_path="definitions"),
 ]
 page = st.navigation(PAGES)
 
 
-QUICK_CONTEXTS = {4096: "4K", 32768: "32K", 131072: "128K", 1048576: "1M (2^20)"}  # the binary sizes people mean
+QUICK_CONTEXTS = {n: token_label(n) for n in (4096, 32768, 131072, 1048576)}  # 4K, 32K, 128K, 1M (K = 1,024)
 
 
 def _pick_context():
@@ -53,7 +57,7 @@ with st.sidebar:
                  help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
                       "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
     st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
-                    key="context", help="T: tokens held per sequence. Any whole number up to 10^15.")
+                    key="context", help="T: tokens held per sequence. Any whole number up to 10^15. " + TOKEN_RULE)
     st.pills("Quick context", list(QUICK_CONTEXTS), key="_context_pick", on_change=_pick_context,
              format_func=QUICK_CONTEXTS.get, label_visibility="collapsed")
     st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")

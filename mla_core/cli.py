@@ -242,8 +242,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from .units import WEIGHT_DTYPES
 
     parser = _Parser(prog=PROG, formatter_class=_Formatter,
-                     description="KV cache, capacity and decode roofline of MLA against MHA, GQA and MQA "
-                                 "(definitions: shared/design/MODEL.md).")
+                     description="KV cache, capacity and decode roofline of MLA against MHA, GQA and MQA.",
+                     epilog="Every figure follows the definitions in docs/model.md of the MLA explorer "
+                            "(symbols, formulas, units, sources; installed copies carry it as "
+                            "mla_explorer/docs/model.md). Token counts: exact, or K = 1,024 and "
+                            "M = 1,048,576 tokens for round binary sizes (128K = 131,072). Installed "
+                            "with pip, the same commands are `mla-explorer SUBCOMMAND ...`, and "
+                            "`mla-explorer app` serves the app.")
     sub = parser.add_subparsers(dest="command", metavar="{kv,capacity,roofline,bench,presets}")
     sub.required = True
 
@@ -345,10 +350,14 @@ def _one_line(text: str) -> str:
 
 def render_table(command: str, result: dict) -> str:
     """A readable two-column table with units for the non-JSON output."""
-    from .units import format_bytes, format_count, format_rate, format_seconds, format_tokens
+    from .units import (format_bytes, format_count, format_rate, format_seconds, format_token_rate,
+                        format_tokens, format_tokens_exact)
 
-    def b(v):
-        return "n/a" if v is None else f"{v:,} B ({format_bytes(v)})"
+    def b(v):  # exact bytes, and the binary unit beside them unless that would repeat them ("656 B")
+        if v is None:
+            return "n/a"
+        short = format_bytes(v)
+        return f"{v:,} B" if short.endswith(" B") else f"{v:,} B ({short})"
 
     rows: list[tuple[str, str]] = []
     r = result
@@ -359,7 +368,7 @@ def render_table(command: str, result: dict) -> str:
     if command == "kv":
         rows += [
             ("KV dtype / layout", f"{r['kv_dtype']} / {r['cache_layout']}"),
-            ("context x batch", f"{format_tokens(r['context'])} x {r['batch']}"),
+            ("context x batch", f"{format_tokens_exact(r['context'])} x {r['batch']}"),
             ("KV bytes per token per layer", b(r["kv_bytes_per_token_per_layer"])),
             ("KV bytes per token (all layers)", b(r["kv_bytes_per_token"])),
             ("KV cache per sequence", b(r["kv_cache_bytes_per_sequence"])),
@@ -386,9 +395,9 @@ def render_table(command: str, result: dict) -> str:
             *([("recurrent state per request per GPU", b(r["state_bytes_per_request_per_gpu"]))]
               if r["state_bytes_per_request_per_gpu"] else []),
             ("block size", f"{r['block_size']} tokens"),
-            ("max tokens per GPU", f"{r['max_tokens_per_gpu']:,} ({format_tokens(r['max_tokens_per_gpu'])})"),
-            ("max tokens, deployment", f"{r['max_tokens_total']:,} ({format_tokens(r['max_tokens_total'])})"),
-            (f"whole {format_tokens(r['context'])} requests at once", f"{r['max_concurrent_requests']:,}"),
+            ("max tokens per GPU", format_tokens_exact(r["max_tokens_per_gpu"])),
+            ("max tokens, deployment", format_tokens_exact(r["max_tokens_total"])),
+            (f"whole requests of {format_tokens(r['context'])} at once", f"{r['max_concurrent_requests']:,}"),
         ]
         if "mha_formula_waste_factor" in r:
             n = r["mha_formula_max_concurrent_requests"]
@@ -399,7 +408,7 @@ def render_table(command: str, result: dict) -> str:
         rows += [
             ("GPU", f"{r['gpu']}: {format_rate(r['bandwidth_Bps'], 'B/s')}, {format_rate(r['peak_flops'], 'FLOP/s')} "
                     f"({r['weights_dtype']})"),
-            ("batch x context", f"{r['batch']} x {format_tokens(r['context'])}" + (f", TP{r['tp']} share" if r["tp"] > 1 else "")),
+            ("batch x context", f"{r['batch']} x {format_tokens_exact(r['context'])}" + (f", TP{r['tp']} share" if r["tp"] > 1 else "")),
             ("parameters (total / active per token)", f"{format_count(r['params_total'])} / {format_count(r['params_active_per_token'])}"),
             ("weights read per step", b(r["weights_bytes_per_step"])),
             ("weights held per GPU", b(r["weights_resident_bytes_per_gpu"])
@@ -412,7 +421,7 @@ def render_table(command: str, result: dict) -> str:
             ("whole step intensity", f"{r['step_intensity_flop_per_byte']:.1f} flop/B "
                                      f"(ridge at the {r['weights_dtype']} peak: {r['ridge_flop_per_byte']:.1f} flop/B)"),
             ("step time (lower bound)", f"{format_seconds(r['step_time_s'])}, {r['bound']} bound"),
-            ("tokens/s (upper bound)", f"{r['tokens_per_s']:,.1f}"),
+            ("tokens/s (upper bound)", format_token_rate(r["tokens_per_s"])),
         ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

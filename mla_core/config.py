@@ -132,9 +132,11 @@ def load_config(path) -> ModelSpec:
         raise ConfigError(f"cannot read {p!r}: permission denied") from None
     except OSError as e:
         raise ConfigError(f"cannot read {p!r}: {e.strerror or e}") from None
+    cfg = loads_config(data, source=os.path.basename(p))
+    if isinstance(cfg.get("_name_or_path"), str) and cfg["_name_or_path"].strip():
+        return parse_config(cfg)  # the config's own name (parse_config reads `_name_or_path`)
     name = os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json" else None
-    return parse_config(loads_config(data, source=os.path.basename(p)),
-                        name=name or os.path.splitext(os.path.basename(p))[0])
+    return parse_config(cfg, name=name or os.path.splitext(os.path.basename(p))[0])
 
 
 def loads_config(data: bytes | str, source: str = "config.json") -> dict:

@@ -1,9 +1,9 @@
 """GPUs: datasheet figures per preset, and hand-typed devices.
 
-Memory of a preset is its vendor figure times 2**30 (MODEL.md: vendor "GB" on these parts is
+Memory of a preset is its vendor figure times 2**30 (docs/model.md: vendor "GB" on these parts is
 close to the GiB a driver reports; the user can type the exact figure). Bandwidth and flops
 are decimal (TB/s = 1e12 B/s, TFLOP/s = 1e12 flop/s), dense (no 2:4 sparsity).
-Sources per row: data/gpus.json (from shared/reference/gpus.json).
+Sources per row: data/gpus.json (vendor datasheets, a source and a confidence per row).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class GPU:
         return self.bandwidth_TBps * 1e12
 
     def peak_flops(self, weights_dtype: str) -> float:
-        """Dense peak in flop/s at the weights' dtype (MODEL.md): fp8 and fp4 weights use the
+        """Dense peak in flop/s at the weights' dtype (docs/model.md): fp8 and fp4 weights use the
         fp8 peak, or bf16 where the part has none; bf16, fp16 and fp32 weights use the bf16 peak.
         Raises MLAError when the vendor publishes no tensor peak (Apple parts)."""
         if weights_dtype in ("fp8", "fp4") and self.fp8_TFLOPS:

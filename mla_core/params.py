@@ -1,4 +1,4 @@
-"""Parameter counts from a config (MODEL.md, "Parameter count from a config").
+"""Parameter counts from a config (docs/model.md, "Parameter count from a config").
 
 Counted: embeddings (`vocab_size * hidden_size`, twice unless `tie_word_embeddings`); per layer
 the attention projections (MLA: q_a, q_a_norm, q_b or q_proj, kv_a to d_c + d_r, kv_a_norm,
@@ -6,7 +6,7 @@ kv_b to n_h * (d_nope + d_v), o_proj), biases only where the architecture has th
 Gemma-3 q_norm and k_norm, gpt-oss attention sinks; RMSNorm weights (LayerNorm weight + bias
 for Falcon / GPT-3); the MLP (gated: 3 matrices) or MoE router, routed and shared experts;
 the DeepSeek-V3.2 indexer. Left out: DeepSeek's router bias and the MTP module (the hub's 685 B
-for DeepSeek-V3 adds it; 671.0 B without), each noted in MODEL.md.
+for DeepSeek-V3 adds it; 671.0 B without), each noted in docs/model.md.
 
 Published totals these reproduce (tests/test_params.py): Llama-3.1-8B 8,030,261,248 exactly;
 DeepSeek-V3 671.0 B; DeepSeek-V2 235.7 B; DeepSeek-V2-Lite 15.7 B; Kimi-K2 1.03 T.
@@ -205,7 +205,7 @@ def attention_side_params(model: ModelSpec) -> int:
 
 def experts_touched(model: ModelSpec, batch: int) -> float:
     """Routed experts a decode step reads per MoE layer under uniform routing:
-    E * (1 - (1 - k/E) ** B) (MODEL.md). 0.0 for dense models."""
+    E * (1 - (1 - k/E) ** B) (docs/model.md). 0.0 for dense models."""
     moe = model.moe
     if moe is None:
         return 0.0
@@ -239,7 +239,7 @@ def routed_params_streamed_per_step(model: ModelSpec, batch: int) -> float:
 
 def active_params_per_token(model: ModelSpec) -> int:
     """Parameters streamed at B = 1: input embedding out, LM head in, k routed experts per MoE
-    layer (MODEL.md). Used for step flops: 2 * active * B."""
+    layer (docs/model.md). Used for step flops: 2 * active * B."""
     b = param_breakdown(model)
     n = sum(b.values()) - b["moe_routed"]
     if not model.tie_word_embeddings:

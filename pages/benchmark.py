@@ -20,7 +20,7 @@ from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_count, format_intensity, format_rate, format_seconds
 from ui import bench_runs, charts, measured, state
-from ui.text import escape_md
+from ui.text import display_path, escape_md, hide_paths
 
 GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per TFLOP/s, bytes per MiB
 POLL_S = 1.0  # the run panel refreshes this often while a benchmark waits or runs
@@ -49,7 +49,8 @@ def _say(section: str, level: str, text: str) -> None:
 
 def _flush(section: str) -> None:
     for level, text in (ss.pop(f"_bench_msgs_{section}", None) or [])[:MAX_MESSAGES]:
-        {"error": st.error, "warning": st.warning, "success": st.success}.get(level, st.info)(escape_md(text, 600))
+        {"error": st.error, "warning": st.warning, "success": st.success}.get(level, st.info)(
+            escape_md(hide_paths(text, history.default_path()), 600))
 
 
 def _restore(key: str) -> None:
@@ -659,7 +660,7 @@ else:
 
 # --- history -------------------------------------------------------------------------------------------------
 st.subheader("History")
-st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(history.default_path(), 300)} "
+st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(display_path(history.default_path()), 300)} "
            f"(set {history.ENV_VAR} to keep it elsewhere). A damaged file is moved aside, never deleted.")
 _flush("history")
 

@@ -1,7 +1,7 @@
 """Capacity: tokens and whole requests that fit per GPU and per deployment; MLA against MHA/GQA/MQA.
 
 Every number comes from mla_core.capacity (scalars) or mla_core.sweeps (chart arrays); this page
-reads the shared state, calls them and draws. Definitions: shared/design/MODEL.md, "Capacity per GPU".
+reads the shared state, calls them and draws. Definitions: docs/model.md, "Capacity per GPU".
 """
 import html
 
@@ -15,7 +15,8 @@ from mla_core.errors import MLAError
 from mla_core.kv import gqa_group_choices, heads_per_gpu, variant_specs
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.sweeps import concurrent_requests_vs_context, log_contexts
-from mla_core.units import KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens, gib_to_bytes
+from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens,
+                            format_tokens_exact, gib_to_bytes)
 from ui import charts, models, params, state
 from ui.text import escape_md
 
@@ -45,7 +46,7 @@ def _mode(dp_attention: bool, tp: int) -> str:
 
 
 def _check_parallel(num_gpus: int, tp: int, where: str) -> tuple[int, str | None]:
-    """(num_gpus to use, error): tp must divide num_gpus (MODEL.md); else one TP group is shown."""
+    """(num_gpus to use, error): tp must divide num_gpus (docs/model.md); else one TP group is shown."""
     if num_gpus % tp:
         return tp, (f"{where}: tp ({tp}) must divide num_gpus ({num_gpus}). "
                     f"Showing num_gpus = {tp} (one TP group) instead.")
@@ -199,7 +200,7 @@ m2.metric("Max concurrency (engine-style)", f"{main['max_concurrency']:.2f}x",
           help="Max tokens in the deployment / context, as vLLM logs 'Maximum concurrency for T tokens per "
                "request': counts fractions of a request.")
 m3.metric("Max tokens per GPU", format_tokens(main["max_tokens_per_gpu"]),
-          help=f"{main['max_tokens_per_gpu']:,} tokens ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
+          help=f"{format_tokens_exact(main['max_tokens_per_gpu'])} ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
 m4.metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
           help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                "(TP ranks of one replica hold the same tokens).")
@@ -340,7 +341,8 @@ if dots:
     ))
 charts.style(fig, title=f"Whole requests that fit at once against context ({num_gpus} × {_plot_text(gpu.name)}, "
                         f"{_mode(dp, tp)})", x_title="context (tokens per request)",
-             y_title="whole concurrent requests (count)", log_x=True, log_y=True, present=present)
+             y_title="whole concurrent requests (count)", log_x=True, log_y=True, present=present,
+             x_tokens=(int(contexts[0]), int(contexts[-1])))
 charts.show(fig, "capacity-requests-vs-context")
 st.caption(f"Dots: the chosen context ({format_tokens(T)}). A line stops where not one whole request fits.")
 
@@ -466,7 +468,7 @@ for c, col in zip(configs, cols):
         st.metric(f"Config {i}: whole requests of {format_tokens(T)}", _requests(r["max_concurrent_requests"]),
                   help=f"{r['replicas']} replica(s); engine-style max concurrency {r['max_concurrency']:.2f}x")
         st.metric(f"Config {i}: max tokens in the deployment", format_tokens(r["max_tokens_total"]),
-                  help=f"{r['max_tokens_total']:,} tokens")
+                  help=format_tokens_exact(r['max_tokens_total']))
         st.metric(f"Config {i}: KV budget per GPU", format_bytes(r["kv_budget_bytes_per_gpu"]),
                   help=f"{r['kv_budget_bytes_per_gpu']:,} B")
         st.metric(f"Config {i}: KV bytes per token per GPU", format_bytes(r["kv_bytes_per_token_per_gpu"]),

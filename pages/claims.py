@@ -17,7 +17,7 @@ VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
 v = state.values()
 present = v["present"]
 st.title("Published figures, recomputed")
-st.caption("Every numeric claim of the three seed documents (shared/seeds/): paraphrased, recomputed by the "
+st.caption("Every numeric claim of the three seed documents the project grew from: paraphrased, recomputed by the "
            "analytic core from the inputs the document states, and set side by side with a verdict. Where a figure "
            "differs, the reason found is replayed: the slip or convention is recomputed to see whether it gives the "
            "stated figure. The sidebar's model and GPU do not apply here: each claim names its own.")
@@ -38,7 +38,7 @@ with st.expander("Conventions this tool uses", expanded=not present):
     st.markdown(
         "- **Bytes**: GB = 10^9 B, GiB = 2^30 B (KB = 10^3 B, KiB = 2^10 B); a figure is recomputed in the unit "
         "its document prints.\n"
-        "- **Tokens**: 1M tokens = 10^6, 128K = 131,072 unless a document names 128,000.\n"
+        "- **Tokens**: a document's \"million tokens\" is 1,000,000; its 128K is 131,072 unless it names 128,000.\n"
         "- **MHA baseline of an MLA model**: d_h = qk_nope_head_dim (128 for DeepSeek-V2/V3), as in DeepSeek-V2 "
         "Table 1; the expanded per-head cache of DeepSeek's naive path is n_h (d_nope + d_r + d_v) per layer.\n"
         "- **Flops**: 2 per multiply-add; MLA absorbed decode counts the scores on the 576-wide latent+RoPE key "

@@ -8,7 +8,7 @@ from mla_core.errors import MLAError
 from mla_core.kv import (compare_variants, default_gqa_groups, gqa_group_choices, kv_report, variant_specs)
 from mla_core.kv import layer_map as kv_layer_map
 from mla_core.sweeps import kv_cache_bytes_vs_context, log_contexts
-from mla_core.units import GiB, format_bytes, format_tokens
+from mla_core.units import GiB, format_bytes, format_tokens, format_tokens_exact
 from ui import charts, layer_map, models, params, state, text
 from ui.text import escape_md
 
@@ -125,7 +125,7 @@ m1.metric("KV bytes per token", format_bytes(report["kv_bytes_per_token"]),
 m2.metric("Per token per layer", format_bytes(report["kv_bytes_per_token_per_layer"]),
           help=f"{report['kv_bytes_per_token_per_layer']:,} B")
 m3.metric("Per sequence", format_bytes(report["kv_cache_bytes_per_sequence"]),
-          help=f"{report['kv_cache_bytes_per_sequence']:,} B for one sequence of {T:,} tokens")
+          help=f"{report['kv_cache_bytes_per_sequence']:,} B for one sequence of {format_tokens_exact(T)}")
 m4.metric(f"Batch of {B:,}", format_bytes(report["kv_cache_bytes"]), help=f"{report['kv_cache_bytes']:,} B")
 
 # --- the layer map: what each layer holds ---------------------------------------------------------
@@ -215,5 +215,6 @@ for var in specs:
                              hovertemplate=f"{label} at {format_tokens(T)}<br>{format_bytes(here)} "
                                            f"({here:,} B)<extra></extra>"))
 charts.style(fig, title=f"KV cache of {B:,} sequence(s) against context", x_title="context (tokens per sequence)",
-             y_title="KV cache (GiB)", log_x=True, log_y=True, present=present)
+             y_title="KV cache (GiB)", log_x=True, log_y=True, present=present,
+             x_tokens=(int(contexts[0]), int(contexts[-1])))
 charts.show(fig, "kv-cache-vs-context")

@@ -1,7 +1,7 @@
 """Decode roofline: each attention variant's decode on the chosen GPU's roofline, the whole
 decode step against batch, and MLA's intensity per GPU under TP against DP-attention.
 
-Every number comes from mla_core.roofline / mla_core.sweeps (MODEL.md, "Decode step roofline");
+Every number comes from mla_core.roofline / mla_core.sweeps (docs/model.md, "Decode step roofline");
 measured points come from the benchmark page's result (ui.measured)."""
 import pandas as pd
 import plotly.graph_objects as go
@@ -13,7 +13,7 @@ from mla_core.kv import default_gqa_groups, gqa_group_choices, resolve_kv_dtype
 from mla_core.roofline import MLA_PATHS, attainable_flops, attention_roofline, decode_variants, roofline
 from mla_core.sweeps import decode_step_vs_batch, log_contexts
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
-                            format_seconds, format_tokens)
+                            format_seconds, format_token_rate, format_tokens)
 from mla_core.validate import MAX_BATCH
 from ui import charts, measured, models, params, state
 from ui.text import escape_md
@@ -140,7 +140,7 @@ m3.metric("Ridge point (bf16 peak)", format_intensity(step["attention_ridge_flop
 m4, m5, m6 = st.columns(3)
 m4.metric(f"Decode step at TP {tp}, time lower bound", format_seconds(step["step_time_s"]),
           help=f"One GPU's share at TP {tp}: max(bytes / bandwidth, flops / peak); {step['bound']} bound.")
-m5.metric("Tokens/s upper bound", f"{format_count(step['tokens_per_s'])} tokens/s",
+m5.metric("Tokens/s upper bound", format_token_rate(step['tokens_per_s']),
           help=f"batch / step time = {step['tokens_per_s']:,.2f} tokens/s, the {B:,} sequence(s) together.")
 m6.metric(f"Weights held per GPU at TP {tp}", format_bytes(step["weights_resident_bytes_per_gpu"]),
           help=f"All parameters as {step['weights_dtype']}, / TP; one GPU has {format_bytes(gpu.memory_bytes)}.")
@@ -337,7 +337,7 @@ for i, (label, s) in enumerate(sweeps):
     mine = i == 0
     name = label + (" (this model)" if mine else "")
     width = (4 if present else 3) if mine else (3 if present else 1.8)
-    custom = [[format_seconds(t), f"{format_count(r)} tokens/s", "compute" if c else "memory"]
+    custom = [[format_seconds(t), format_token_rate(r), "compute" if c else "memory"]
               for t, r, c in zip(s["step_time_s"], s["tokens_per_s"], s["compute_bound"])]
     hover = (f"{name}<br>batch %{{x:,}}<br>step %{{customdata[0]}}<br>%{{customdata[1]}}<br>"
              "%{customdata[2]} bound<extra></extra>")

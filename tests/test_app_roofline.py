@@ -11,7 +11,7 @@ from mla_core.presets import load_gpu, load_model
 from mla_core.roofline import attainable_flops, attention_roofline, decode_attention, roofline
 from mla_core.spec import as_variant
 from mla_core.sweeps import decode_step_vs_batch
-from mla_core.units import format_count, format_intensity, format_seconds
+from mla_core.units import format_intensity, format_seconds, format_token_rate
 from ui import measured, params
 
 PAGE = "pages/roofline.py"
@@ -50,7 +50,7 @@ def test_defaults_run_and_show_the_cores_step():
     model, gpu = load_model("deepseek-v3"), load_gpu("h200")
     r = roofline(model, gpu, context=131072, batch=1, kv_dtype="auto", mla_path="absorbed", tp=TP_DEFAULT)
     assert metric(at, "Decode step at TP") == format_seconds(r["step_time_s"])
-    assert metric(at, "Tokens/s upper bound") == f"{format_count(r['tokens_per_s'])} tokens/s"
+    assert metric(at, "Tokens/s upper bound") == format_token_rate(r['tokens_per_s'])
     assert metric(at, "Ridge point") == format_intensity(gpu.ridge_flop_per_byte)
 
 
@@ -90,7 +90,7 @@ def test_step_chart_marks_the_crossover_the_core_finds():
     first = next(b for b, c in zip(s["batch"], s["compute_bound"]) if c)
     assert f"compute bound from batch {int(first):,}" in _trace_names(at)
     r = roofline(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), context=128, batch=4, kv_dtype="bf16")
-    assert metric(at, "Tokens/s upper bound") == f"{format_count(r['tokens_per_s'])} tokens/s"
+    assert metric(at, "Tokens/s upper bound") == format_token_rate(r['tokens_per_s'])
     before = len(_trace_names(at))
     at.toggle(key="_step_variants").set_value(True).run()
     no_exceptions(at)

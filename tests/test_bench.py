@@ -150,7 +150,7 @@ def test_decode_bytes_and_flops_equal_mla_core_formulas(tiny_result):
         path = {"mla_absorbed_decode": "absorbed", "mla_recompute_decode": "recompute"}.get(r["kernel"], "absorbed")
         assert r["bytes"] == kv_cache_bytes(model, s["context"], s["batch"], r["dtype"], "latent")
         assert r["flops"] == s["batch"] * s["context"] * attention_flops_per_token_layer(model, path)
-        # And the MODEL.md closed forms, written out, for fp32 (4 B per element):
+        # And the docs/model.md closed forms, written out, for fp32 (4 B per element):
         b, t, h = s["batch"], s["context"], s["heads"]
         if r["kernel"].startswith("mla"):
             assert r["bytes"] == b * t * (s["kv_lora_rank"] + s["qk_rope_head_dim"]) * 4

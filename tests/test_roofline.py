@@ -1,4 +1,4 @@
-"""Decode roofline: pinned figures and the identities of MODEL.md."""
+"""Decode roofline: pinned figures and the identities of docs/model.md."""
 import pytest
 
 from mla_core.config import load_config

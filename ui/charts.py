@@ -57,10 +57,12 @@ def _layout(present: bool):
 
 
 def style(fig, *, title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False,
-          present: bool = False, height: int | None = None):
+          present: bool = False, height: int | None = None, x_tokens: tuple | None = None):
     """Titles with units, log axes where asked, larger type and height in presentation mode.
     Whatever the page already set on the layout (bar mode, shapes, ranges) is kept. Axis types
-    are left to Plotly unless log is asked for, so category (bar) axes keep working."""
+    are left to Plotly unless log is asked for, so category (bar) axes keep working.
+    `x_tokens=(lo, hi)`: the x axis counts tokens; its ticks are labelled by the project's token
+    rule (mla_core.units.token_ticks: '4K', '128K', '1M'), never Plotly's decimal '100k'."""
     own = fig.layout.to_plotly_json()
     own.pop("template", None)
     fig.layout = _layout(bool(present))
@@ -74,6 +76,12 @@ def style(fig, *, title: str, x_title: str, y_title: str, log_x: bool = False, l
         layout.xaxis.type = "log"
     if log_y:
         layout.yaxis.type = "log"
+    if x_tokens:
+        from mla_core.units import token_ticks
+
+        values, labels = token_ticks(*x_tokens)
+        if values:
+            layout.xaxis.tickvals, layout.xaxis.ticktext = values, labels
     if height:
         layout.height = height
     return fig
