@@ -45,7 +45,7 @@ def _int_arg(name: str, minimum: int = 1):
     def parse(text: str) -> int:
         t = text.strip().replace(",", "").replace("_", "")
         if not t or len(t) > 40 or not t.isascii() or not (t.isdigit() or (t[0] in "+-" and t[1:].isdigit())):
-            hint = " (write 131072, not 128K: K and M could mean 1000 or 1024)" if t[-1:].lower() in "km" else ""
+            hint = " (write the whole number: 131072 for 128K, 1048576 for 1M)" if t[-1:].lower() in "km" else ""
             raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}{hint}")
         v = int(t)
         if v < minimum:

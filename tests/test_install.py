@@ -159,9 +159,11 @@ def _free_port() -> int:
 def test_app_serves_health_from_the_installed_copy(installed):
     venv, work, env = installed
     port = _free_port()
-    proc = subprocess.Popen([os.path.join(venv, "bin", "mla-explorer"), "app", "--server.port", str(port),
-                             "--server.address", "127.0.0.1"], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # No --server.address: the shipped .streamlit/config.toml beside the installed app.py must keep
+    # the server on loopback, as `make app` does.
+    proc = subprocess.Popen([os.path.join(venv, "bin", "mla-explorer"), "app", "--server.port", str(port)],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
         body, deadline = None, time.monotonic() + 90
         while time.monotonic() < deadline and proc.poll() is None:
@@ -179,6 +181,9 @@ def test_app_serves_health_from_the_installed_copy(installed):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+    said = proc.stdout.read()
+    assert f"http://127.0.0.1:{port}" in said and "Network URL" not in said, said
+    assert "usage statistics" not in said, said  # gatherUsageStats = false, from the same file
 
 
 def test_installed_app_runs_its_default_page(installed):
