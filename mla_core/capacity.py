@@ -1,4 +1,4 @@
-"""How many tokens and whole requests fit per GPU and per deployment (MODEL.md, "Capacity").
+"""How many tokens and whole requests fit per GPU and per deployment (docs/model.md, "Capacity").
 
     kv_budget_bytes_per_gpu = floor(gpu_memory_utilization * memory) - weights_bytes_per_gpu - reserve
                               (vLLM's meaning), or given directly (`kv_budget_bytes`)
@@ -123,7 +123,7 @@ def capacity(
     `reserve_bytes`) or `kv_budget_bytes` (the KV budget per GPU, used as is).
     Recurrent state (hybrid models) is held per request before its tokens:
     `request_bytes_per_gpu` = KV of the request + its state; `max_tokens_per_gpu` is what one
-    sequence can hold, floor((budget - state) / (N * per-token bytes)) * N (MODEL.md).
+    sequence can hold, floor((budget - state) / (N * per-token bytes)) * N (docs/model.md).
     Returns a `CapacityResult` (reads like a dict); bytes and counts are ints: `kv_budget_bytes_per_gpu`,
     `kv_bytes_per_token_per_gpu`, `blocks_per_gpu`, `max_tokens_per_gpu`, `max_tokens_total`,
     `max_concurrent_requests`, `request_bytes_per_gpu`, `weights_bytes_per_gpu`, `replicas`,

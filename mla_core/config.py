@@ -3,7 +3,7 @@
 `load_config(path)` takes a file or a folder holding `config.json`; `parse_config(dict)` takes
 the parsed object. Presets (data/models.json) go through `parse_config` too.
 
-Rules (MODEL.md):
+Rules (docs/model.md):
 - A multimodal config's language model is read from `text_config`.
 - d_h is `head_dim` when present, else `hidden_size // num_attention_heads`.
 - Sliding windows, in this order: `layer_types`; `sliding_window_pattern` P (layer i global
@@ -32,7 +32,7 @@ from .spec import (ATTENTION_KINDS, AttentionSpec, IndexerSpec, LayerSpec, Model
                    RecurrentSpec)
 from .units import TORCH_DTYPE_NAMES
 
-# quantization_config.quant_method values whose weight bytes are modelled (MODEL.md): fp8 at 1 B
+# quantization_config.quant_method values whose weight bytes are modelled (docs/model.md): fp8 at 1 B
 # a weight; mxfp4 (gpt-oss) MoE experts at 4.25 bits. Any other method counts at torch_dtype.
 KNOWN_QUANT_METHODS = ("fp8", "mxfp4")
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: real configs are a few KiB
@@ -454,7 +454,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
     )
 
 
-# `layer_types` values (MODEL.md, "Every layer its own cache"): attention kinds, and the two
+# `layer_types` values (docs/model.md, "Every layer its own cache"): attention kinds, and the two
 # spellings of a recurrent layer whose kind depends on the model family.
 _LAYER_TYPE_KINDS = {
     "full_attention": "full",
@@ -471,7 +471,7 @@ _HYBRID_PATTERN = {"*": ("full", False), "M": ("none", True), "-": ("none", Fals
 
 def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, hidden: int,
                 notes: list[str]) -> tuple[tuple[LayerSpec, ...], RecurrentSpec | None]:
-    """What each of the `n` layers caches, by the first rule of MODEL.md's list that applies,
+    """What each of the `n` layers caches, by the first rule of docs/model.md's list that applies,
     then `num_kv_shared_layers`. Returns (layers, the recurrent state shape or None)."""
     cfg = r.cfg
     window = r.int_("sliding_window", maximum=MAX_WINDOW)
@@ -613,7 +613,7 @@ def _first_int(r: _Reader, names: tuple[str, ...], what: str, default: int | Non
 
 
 def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> RecurrentSpec:
-    """The recurrent state shape of `kind` from its family's fields (MODEL.md), in the common
+    """The recurrent state shape of `kind` from its family's fields (docs/model.md), in the common
     (H, P, G, N, K) form of `spec.RecurrentSpec`."""
     if kind == "mamba1":  # Jamba
         expand = _first_int(r, ("mamba_expand",), "expansion factor")
@@ -767,7 +767,7 @@ def synthetic_model(
     Defaults: head_dim 128; MLA d_c = 4 d_h, d_r = d_h / 2, d_nope = d_h, d_v = d_nope
     (DeepSeek-V2 Table 1); hidden size = heads * head_dim. Counts what it is given: attention
     projections always, the MLP only with `intermediate_size`, embeddings only with
-    `vocab_size` (MODEL.md, "Synthetic models"). Built through `parse_config`, so the same
+    `vocab_size` (docs/model.md, "Synthetic models"). Built through `parse_config`, so the same
     validation applies. Raises MLAError on bad or inconsistent sizes.
     """
     if attention not in ATTENTION_KINDS:

@@ -1,4 +1,4 @@
-"""KV-cache bytes: per token, per layer, per sequence and per batch (MODEL.md, "Cache bytes").
+"""KV-cache bytes: per token, per layer, per sequence and per batch (docs/model.md, "Cache bytes").
 
 Per token per layer, with b the bytes of one cached element:
     MHA / GQA / MQA       n_kv * (d_h + d_h) * b              keys and values
@@ -149,7 +149,7 @@ def kv_cache_bytes(
 
 def resolve_state_dtype(model: ModelSpec, state_dtype: str = "auto") -> str:
     """The recurrent state's dtype: `auto` is the model's torch_dtype (the KV dtype does not
-    change it; MODEL.md). Raises MLAError for a dtype outside STATE_DTYPES."""
+    change it; docs/model.md). Raises MLAError for a dtype outside STATE_DTYPES."""
     check_choice("state_dtype", state_dtype, STATE_DTYPES)
     return model.torch_dtype if state_dtype == "auto" else state_dtype
 
@@ -212,8 +212,7 @@ def layer_groups(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_l
         st = state if layer.recurrent else 0
         kind, label = layer_kind(model, layer)
         out.append(LayerGroup(kind, label, len(idx), tuple(idx), layer.draft, layer.kv_caches,
-                              layer.kv_caches * per_token if held or layer.kv_caches else 0,
-                              held, kv, st, kv + st))
+                              layer.kv_caches * per_token, held, kv, st, kv + st))
     return out
 
 

@@ -178,7 +178,7 @@ def _shared_expert_params(model: ModelSpec) -> int:
 
 
 def draft_layer_params(model: ModelSpec) -> int:
-    """One multi-token-prediction draft layer (DeepSeek-V3's MTP module, MODEL.md): a decoder
+    """One multi-token-prediction draft layer (DeepSeek-V3's MTP module, docs/model.md): a decoder
     layer like the model's last (attention + its MoE or dense MLP + 2 norms), plus the module's
     own `eh_proj` (2h -> h) and its two input norms; embeddings and the output head are shared
     with the main model. DeepSeek-V3: 671.0 B + this = the 685 B the hub lists."""
@@ -250,7 +250,7 @@ def active_params_per_token(model: ModelSpec) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Weight bytes: one place for every dtype, mixed formats included (MODEL.md, "Weights from
+# Weight bytes: one place for every dtype, mixed formats included (docs/model.md, "Weights from
 # quantization_config").
 
 def expert_and_other_dtypes(model: ModelSpec, weights_dtype: str) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""Decode-step roofline: one new token for each of B sequences at context T (MODEL.md).
+"""Decode-step roofline: one new token for each of B sequences at context T (docs/model.md).
 
 Attention, per layer, per sequence, per cached token (2 flops per multiply-add), h heads on
 the GPU:
@@ -91,7 +91,7 @@ def decode_attention(
 
 def recurrent_step(model: ModelSpec, batch: int = 1, state_dtype: str = "auto", *, tp: int = 1,
                    dp_attention: bool = False) -> tuple[int, int]:
-    """(bytes, flops) the recurrent layers spend in one decode step on one GPU (MODEL.md): each
+    """(bytes, flops) the recurrent layers spend in one decode step on one GPU (docs/model.md): each
     reads and writes its state once (2 x state bytes per sequence) and costs
     4 x recurrent elements + 2 x conv elements flops per sequence. (0, 0) without them."""
     rec = model.recurrent
@@ -199,7 +199,7 @@ def roofline(
     Returns a `RooflineResult`: `params_total`, `params_active_per_token`, `weights_dtype`,
     `weights_bytes_per_step` (int), `attention_flops`, `attention_bytes`,
     `attention_intensity_flop_per_byte`, `state_bytes_per_step` and `state_flops` (recurrent
-    layers: state read and written, MODEL.md), `step_bytes`, `step_flops`, `memory_time_s`,
+    layers: state read and written, docs/model.md), `step_bytes`, `step_flops`, `memory_time_s`,
     `compute_time_s`, `step_time_s` (lower bound), `tokens_per_s` (upper bound), `bound`
     ('memory' or 'compute'), `bandwidth_Bps`, `peak_flops`, `ridge_flop_per_byte` (at the weights'
     peak: the whole step's ridge), `attention_ridge_flop_per_byte` (at the bf16 peak, where

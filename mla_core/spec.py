@@ -1,6 +1,6 @@
 """Model specs: frozen dataclasses whose field names are Hugging Face `config.json` names.
 
-Symbols (MODEL.md; DeepSeek-V3 values in brackets):
+Symbols (docs/model.md; DeepSeek-V3 values in brackets):
 
     l       num_hidden_layers                      [61]
     n_h     num_attention_heads                    [128]
@@ -96,7 +96,7 @@ class MoESpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-layer cache kinds (MODEL.md, "Every layer its own cache"). A new kind is one entry here.
+# Per-layer cache kinds (docs/model.md, "Every layer its own cache"). A new kind is one entry here.
 
 # What a layer's attention side holds per token: `tokens` says how many tokens it keeps for a
 # sequence of T ("all": T; "window": min(T, window); "none": it holds nothing of its own).
@@ -108,7 +108,7 @@ ATTENTION_LAYER_KINDS: dict[str, dict] = {
     "none": {"label": "no attention (MLP / MoE block)", "tokens": "none"},
 }
 
-# Recurrent state kinds. Every one fits one shape (MODEL.md): per layer per sequence
+# Recurrent state kinds. Every one fits one shape (docs/model.md): per layer per sequence
 #     conv elements  = (K - 1) * (H * P + 2 * G * N)
 #     state elements = H * P * N
 # with H heads (or channels) of width P, G key groups of width N, K the conv kernel:
@@ -148,7 +148,7 @@ class RecurrentSpec:
 
     def split(self, tp: int = 1, dp_attention: bool = False) -> tuple[int, int]:
         """(heads, groups) on one GPU: heads max(1, H // tp); groups G // tp when G divides by
-        tp, else whole (MODEL.md); with attention DP the state stays whole on its GPU."""
+        tp, else whole (docs/model.md); with attention DP the state stays whole on its GPU."""
         if dp_attention or tp == 1:
             return self.num_heads, self.num_groups
         heads = max(1, self.num_heads // tp)
@@ -237,7 +237,7 @@ class ModelSpec:
     quant_method: str | None = None  # quantization_config.quant_method
     moe: MoESpec | None = None
     indexer: IndexerSpec | None = None
-    # Parameter-count structure (MODEL.md "Parameter count from a config").
+    # Parameter-count structure (docs/model.md "Parameter count from a config").
     attention_bias: bool = False  # biases on q, k, v
     o_bias: bool = False  # bias on the output projection
     mlp_bias: bool = False
@@ -281,7 +281,7 @@ class ModelSpec:
     @property
     def default_weights_dtype(self) -> str:
         """From `quantization_config.quant_method` (fp8 -> fp8, mxfp4 -> mxfp4), else
-        `torch_dtype` (MODEL.md)."""
+        `torch_dtype` (docs/model.md)."""
         if self.quant_method in ("fp8", "mxfp4"):
             return self.quant_method
         return self.torch_dtype
@@ -330,7 +330,7 @@ class ModelSpec:
 
 def with_draft_layers(model: ModelSpec, n: int) -> ModelSpec:
     """`model` with `n` draft (MTP / EAGLE) layers of its own full-attention kind appended
-    (MODEL.md: DeepSeek-V3's MTP module is one MLA layer). n = 0 removes them.
+    (docs/model.md: DeepSeek-V3's MTP module is one MLA layer). n = 0 removes them.
     Raises MLAError for a negative or absurd n."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > 1000:
         raise MLAError(f"draft layers must be a whole number from 0 to 1,000, got {n!r}")

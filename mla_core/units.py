@@ -40,7 +40,7 @@ KV_BLOCK_FORMATS: dict[str, tuple[int, int]] = {
 # `fp8_ds_mla` (FlashMLA's FP8 latent layout) and `auto` (the model's torch_dtype) are resolved
 # by the KV code, not by a block size: see mla_core.kv.
 KV_DTYPES: tuple[str, ...] = ("auto", *KV_BLOCK_FORMATS, "fp8_ds_mla")
-# Recurrent-state dtypes (`--state-dtype`; `auto` = the model's torch_dtype, MODEL.md).
+# Recurrent-state dtypes (`--state-dtype`; `auto` = the model's torch_dtype, docs/model.md).
 STATE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 
 # Weight dtypes as bytes per parameter (numerator, denominator): fp4 is NVFP4-style 9/16 B.
