@@ -870,3 +870,16 @@ def published_checks() -> list[dict]:
             "batch": batch, "bound_by": bound_by, "assumptions": m.get("assumptions", ""),
         })
     return rows
+
+
+def largest_batch_that_fits(model: ModelSpec, gpu: GPU, *, context: int, tp: int = 1, kv_dtype: str = "auto",
+                            weights_dtype: str | None = None, cache_layout: str = "latent",
+                            gpu_memory_utilization: float = 0.9, block_size: int | None = None) -> int:
+    """Whole sequences of `context` tokens that one group of `tp` GPUs holds at TP: the
+    `capacity.capacity` answer (`max_concurrent_requests`) the roofline page marks on its batch
+    axis; 0 when the weights do not fit. Raises MLAError on bad inputs."""
+    from .capacity import capacity
+
+    return capacity(model, context=context, gpu=gpu, num_gpus=tp, tp=tp, weights_dtype=weights_dtype,
+                    kv_dtype=kv_dtype, cache_layout=cache_layout, gpu_memory_utilization=gpu_memory_utilization,
+                    block_size=block_size)["max_concurrent_requests"]
