@@ -883,3 +883,13 @@ def largest_batch_that_fits(model: ModelSpec, gpu: GPU, *, context: int, tp: int
     return capacity(model, context=context, gpu=gpu, num_gpus=tp, tp=tp, weights_dtype=weights_dtype,
                     kv_dtype=kv_dtype, cache_layout=cache_layout, gpu_memory_utilization=gpu_memory_utilization,
                     block_size=block_size)["max_concurrent_requests"]
+
+
+def accuracy() -> dict:
+    """`published_checks()` and their summary, for the Published figures page: `rows`, `cases`,
+    `within_bound` (how many measured figures stay at or under their bound), `efficiency_min`,
+    `efficiency_max` (measured / bound)."""
+    rows = published_checks()
+    eff = [r["efficiency"] for r in rows]
+    return {"rows": rows, "cases": len(rows), "within_bound": sum(r["within_bound"] for r in rows),
+            "efficiency_min": min(eff, default=None), "efficiency_max": max(eff, default=None)}
