@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .errors import MLAError
 from .hardware import GPU
 from .spec import ModelSpec
-from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, check_choice, check_int, check_real
+from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int, check_real
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire (MODEL.md, "Serving")
 MAX_SPEC_TOKENS = 16
@@ -653,6 +653,8 @@ def splits(model: ModelSpec, num_gpus: int) -> list[tuple[int, bool, int]]:
     out = []
     moe = model.moe
     for tp in divisors(num_gpus):
+        if tp > MAX_TP:
+            break
         out.append((tp, False, 1))
         if moe is not None and tp > 1:
             out.append((tp, True, 1))
