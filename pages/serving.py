@@ -126,6 +126,11 @@ for i, s in enumerate(plan.splits):
         hovertemplate=(f"{html.escape(s.split)}<br>batch %{{customdata[0]:,}}<br>%{{x:,.1f}} tokens/s per user<br>"
                        "%{y:,.1f} tokens/s per GPU<br>TTFT %{customdata[1]}, TPOT %{customdata[2]}<br>"
                        "%{customdata[3]} bound; meets the SLOs: %{customdata[4]}<extra></extra>")))
+if plan.pareto:
+    fig.add_trace(go.Scatter(x=[p.tokens_per_s_per_user for p in plan.pareto],
+                             y=[p.tokens_per_s_per_gpu for p in plan.pareto], mode="lines",
+                             name="Pareto front (no point beats these on both axes)",
+                             line={"color": "#333333", "width": 2, "dash": "dash"}, hoverinfo="skip"))
 if best is not None:
     fig.add_trace(go.Scatter(x=[best.tokens_per_s_per_user], y=[best.tokens_per_s_per_gpu], mode="markers",
                              name=f"best: {html.escape(best.split)}, batch {best.batch:,}",
