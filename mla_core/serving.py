@@ -862,9 +862,9 @@ def published_checks() -> list[dict]:
             par, w = m["parallelism"], m["workload"]
             measured = check_real("measured", m["measured"], minimum=0) / check_int("measured_over_gpus",
                                                                                      m["measured_over_gpus"])
+            wl = Workload(**w)
         except (KeyError, TypeError) as e:
-            raise MLAError(f"data/serving_measurements.json: a row lacks {e}") from None
-        wl = Workload(**w)
+            raise MLAError(f"data/serving_measurements.json: a malformed row ({e})") from None
         batch, bound_by = None, ""
         split = split_label(par["tp"], par["dp_attention"], par["ep"], par["num_gpus"] // par["tp"])
         if metric == "kernel_GBps":
