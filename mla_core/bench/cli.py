@@ -195,6 +195,14 @@ class _Bar:
 def main(argv: list[str] | None = None) -> int:
     """Entry point (mla_core.cli dispatches `bench` here). Returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "collectives":  # torch.distributed under torchrun: mla_core.bench.collectives
+        from .collectives import main as collectives_main
+
+        return collectives_main(argv[1:])
+    if argv and argv[0] == "import":  # engine benchmark results: mla_core.bench.engines
+        from .engines import main as import_main
+
+        return import_main(argv[1:])
     bar = _Bar(sys.stderr, False)
     try:
         args = build_parser().parse_args(argv)
@@ -297,6 +305,7 @@ def _write_json(path: str, result: dict) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=folder)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2, allow_nan=False)
                 f.write("\n")
@@ -309,6 +318,20 @@ def _write_json(path: str, result: dict) -> None:
             raise
     except OSError as e:
         raise BenchError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _umask() -> int:
+    """The process umask: from /proc (no change of state), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _validate_file(path: str) -> int:
