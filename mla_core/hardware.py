@@ -28,6 +28,18 @@ class GPU:
     source: str = ""
     confidence: str = ""
     notes: str = ""
+    link_GBps: float | None = None  # GPU-to-GPU link, vendor aggregate of both directions, 1e9 B/s
+    link_kind: str = ""  # "NVLink 4", "Infinity Fabric", "PCIe 4.0 x16"
+    link_source: str = ""
+
+    @property
+    def link_Bps(self) -> float:
+        """One direction of the GPU-to-GPU link in B/s (half the vendor's bidirectional figure):
+        the ceiling of a collective's bus bandwidth within a node (nccl-tests' PERFORMANCE.md).
+        Raises MLAError when the part has no published link figure."""
+        if self.link_GBps is None:
+            raise MLAError(f"GPU {self.id} has no published GPU-to-GPU link figure")
+        return self.link_GBps * 1e9 / 2
 
     @property
     def memory_bytes(self) -> int:
@@ -76,4 +88,7 @@ def custom_gpu(memory_gib: float, bandwidth_TBps: float | None = None, bf16_TFLO
         fp8_TFLOPS=fp8_TFLOPS if fp8_TFLOPS is not None else (base.fp8_TFLOPS if base else None),
         vendor=base.vendor if base else "",
         source="typed by the user",
+        link_GBps=base.link_GBps if base else None,
+        link_kind=base.link_kind if base else "",
+        link_source=base.link_source if base else "",
     )
