@@ -139,3 +139,54 @@ def test_metric_error_and_the_bound_flag():
 def test_compare_refuses_other_kinds():
     with pytest.raises(MLAError, match="not an engine result"):
         engines.compare({"kind": "collectives"})
+
+
+# --- predicted against measured (mla_core.serving) ----------------------------------------------------------
+
+def test_compare_sets_each_point_beside_the_serving_model():
+    from mla_core.presets import load_gpu, load_model
+    from mla_core.serving import Deployment, Workload, evaluate
+
+    r = engines.load_engine_file(VLLM.read_bytes())
+    cmp = engines.compare(r)
+    assert cmp.available and len(cmp.points) == 1
+    dep = Deployment(gpu=load_gpu("h200"), num_gpus=8, gpus_per_node=8, tp=8)
+    plan = evaluate(load_model("deepseek-v3"), dep, Workload(input_len=1000, output_len=1000), batch=64)
+    m = {x.name: x for x in cmp.points[0].metrics}
+    assert m["tpot_s"].predicted == plan.tpot_s and m["ttft_s"].predicted == plan.ttft_s
+    assert m["output_tokens_per_s"].predicted == plan.tokens_per_s
+    assert m["tpot_s"].measured == pytest.approx(0.0379)
+    assert m["tpot_s"].error_pct == pytest.approx((plan.tpot_s - 0.0379) / 0.0379 * 100)
+    # The fixture is slower than every bound: no modelling error.
+    assert not cmp.any_modelling_error and cmp.to_dict()["points"][0]["bound"] == plan.bound
+
+
+def test_a_measurement_faster_than_the_bound_is_flagged():
+    line = {"run_name": "x", "batch_size": 8, "input_len": 1024, "output_len": 256, "prefill_latency": 0.9,
+            "median_decode_latency": 1e-5}  # 10 us a decode step of DeepSeek-V3: beyond any H200
+    cmp = engines.compare(engines.load_engine_file(json.dumps(line), model="deepseek-v3", gpu="h200", tp=8))
+    (p,) = cmp.points
+    tpot = next(m for m in p.metrics if m.name == "tpot_s")
+    assert tpot.beats_bound and p.modelling_error and cmp.any_modelling_error
+    assert "MODELLING ERROR" in engines.render_comparison(engines.load_engine_file(
+        json.dumps(line), model="deepseek-v3", gpu="h200", tp=8), cmp)
+
+
+def test_one_batch_ttft_is_the_whole_batch_prefill():
+    from mla_core.presets import load_gpu, load_model
+    from mla_core.serving import Deployment, Workload, evaluate, prefill_work
+
+    r = engines.load_engine_file(SGL_BATCH.read_bytes(), model="deepseek-v3", gpu="h200", tp=8)
+    p32 = engines.compare(r).points[2]
+    model, dep = load_model("deepseek-v3"), Deployment(gpu=load_gpu("h200"), num_gpus=8, tp=8)
+    wl = Workload(input_len=1024, output_len=256)
+    work = prefill_work(model, dep, wl)
+    want = max(evaluate(model, dep, wl, batch=32).ttft_s, 32 * work["flops_gpu"] / work["peak_flops"])
+    assert next(m for m in p32.metrics if m.name == "ttft_s").predicted == pytest.approx(want)
+
+
+def test_a_measured_link_bandwidth_changes_the_communication_term():
+    r = engines.load_engine_file(VLLM.read_bytes())
+    base = {m.name: m.predicted for m in engines.compare(r).points[0].metrics}
+    slow = {m.name: m.predicted for m in engines.compare(r, link_bandwidth_Bps=1e9).points[0].metrics}
+    assert slow["tpot_s"] > base["tpot_s"]  # 1 GB/s busbw: the TP all-reduces dominate the step
