@@ -1,11 +1,18 @@
 """`python -m mla_core bench ...`: measure this device and write the result JSON.
 
-    python -m mla_core bench [--device auto|cpu|cuda|mps] [--quick] [--dtype auto|fp32|bf16|fp16]
+    python -m mla_core bench [--model PRESET | --config PATH] [--device auto|cpu|cuda|mps] [--quick]
+        [--dtype auto|fp32|bf16|fp16]
         [--batch B[,B...]] [--context N[,N...]] [--heads H] [--gqa-groups G]
         [--kernels K[,K...]] [--reps R] [--budget-s S] [--stream-bytes SIZE] [--matmul-n N]
         [--flush-bytes SIZE] [--threads N] [--skip-oversize] [--seed S] [--out FILE.json]
         [--json] [--progress | --no-progress] [--save [--label TEXT]]
     python -m mla_core bench --validate FILE.json
+    torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
+    python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.bench.engines)
+
+The decode kernels run the attention shape of `--model` (default DeepSeek-V3) or `--config`,
+scaled down in batch and context (never in heads or widths) to fit the device, and the result
+says so (`mla_core.bench.run.default_config`).
 
 A list of batches and contexts is a sweep (every decode kernel at every (B, T)); contexts take
 K and M suffixes (4K = 4096, 128K = 131072). The table goes to stdout (or the JSON with
@@ -138,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per step; a list makes a sweep")
     p.add_argument("--context", "--contexts", dest="contexts", type=_int_list("--context", MAX_CONTEXT, True),
                    metavar="N[,N...]", help="tokens cached per sequence (4K = 4096); a list makes a sweep")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="PRESET",
+                     help="the model whose attention shape is measured (default deepseek-v3; "
+                          "`python -m mla_core presets` lists them): n_h, KV heads, d_h, d_c, d_r, d_nope, d_v")
+    src.add_argument("--config", metavar="PATH", help="a Hugging Face config.json instead of a preset")
     p.add_argument("--heads", type=_int("--heads", 1, MAX_HEADS), help="query heads n_h of every decode kernel")
     p.add_argument("--gqa-groups", type=_int("--gqa-groups", 1, MAX_HEADS), help="KV heads of gqa_decode (default 8)")
     p.add_argument("--kernels", type=_kernels, metavar="K[,K...]", help=f"a subset of {','.join(KERNELS)}")
@@ -224,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:  # torch missing or broken: the analytic commands still work
             raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
 
-        config = default_config(args.device, args.quick, **overrides)
+        model = args.model
+        if args.config:
+            from ..config import load_config
+
+            model = load_config(args.config)
+        config = default_config(args.device, args.quick, model=model, **overrides)
         bar.enabled = sys.stderr.isatty() if args.progress is None else args.progress
         cancel = threading.Event()
         with _cancel_on_sigterm(cancel):  # `timeout` and job schedulers stop us cleanly
@@ -383,6 +400,10 @@ def render_table(result: dict) -> str:
              + (f"; other processes kept {d['other_cpus_busy']:.2f} CPUs busy" if d.get("other_cpus_busy") else ""),
              f"peak bound: {d['peak_bandwidth_GBps']:,.0f} GB/s, {d['peak_TFLOPs']:,.1f} TFLOP/s ({d['peak_source']})"]
     # "accuracy" = predicted / measured, as the app's benchmark page shows it (1 = at the roofline).
+    cfg = result.get("config") or {}
+    if cfg.get("model"):
+        lines.append(f"shape: {cfg['scaling']}" if cfg.get("scaling")
+                     else f"shape: {cfg['model']}'s attention shape, not scaled")
     header = ("kernel", "shape", "median", "best", "GB/s", "TFLOP/s", "predicted", "accuracy", "note")
     rows = []
     for r in result["results"]:
