@@ -190,3 +190,14 @@ def test_a_measured_link_bandwidth_changes_the_communication_term():
     base = {m.name: m.predicted for m in engines.compare(r).points[0].metrics}
     slow = {m.name: m.predicted for m in engines.compare(r, link_bandwidth_Bps=1e9).points[0].metrics}
     assert slow["tpot_s"] > base["tpot_s"]  # 1 GB/s busbw: the TP all-reduces dominate the step
+
+
+def test_accuracy_compares_every_stored_engine_run(store):
+    assert engines.accuracy() == []
+    history.save_run(engines.load_engine_file(VLLM.read_bytes()), source="import")
+    history.save_run(engines.load_engine_file(SGL_BATCH.read_bytes(), model="deepseek-v3", gpu="h200", tp=8),
+                     source="import")
+    got = engines.accuracy()
+    assert [c.format for c in got] == ["sglang_one_batch", "vllm_serve"]  # newest first
+    assert [len(c.points) for c in got] == [3, 1]
+    assert got[1].to_dict() == engines.compare(engines.load_engine_file(VLLM.read_bytes())).to_dict()

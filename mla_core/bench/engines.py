@@ -509,6 +509,26 @@ def compare(run, *, link_bandwidth_Bps: float | None = None, internode_gbps: flo
                             tuple(notes))
 
 
+def accuracy(*, link_bandwidth_Bps: float | None = None, path: str | None = None) -> list[EngineComparison]:
+    """`compare` of every engine run in the history (newest first): what an "Accuracy" section
+    draws. A stored run that no longer validates is skipped with its reason in the notes of an
+    empty comparison. Raises BenchError when the history cannot be read."""
+    from . import history
+    from .schema import validate_result
+
+    if path is None and not os.path.exists(history.default_path()):
+        return []
+    out = []
+    for r in history.list_runs(path=path, kind="engine"):
+        try:
+            result = validate_result(history.get_run(r["id"], path=path)["result"], kind="engine")
+            out.append(compare(result, link_bandwidth_Bps=link_bandwidth_Bps))
+        except MLAError as e:
+            out.append(EngineComparison("?", "?", "?", "?", {"run_id": r["id"]}, (), False,
+                                        (f"stored run #{r['id']}: {e}",)))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line: python -m mla_core bench import FILE ...
 
