@@ -69,7 +69,8 @@ def test_mla_core_and_torch_free_bench_modules_do_not_import_torch():
     code = (
         "import sys, mla_core, mla_core.kv, mla_core.roofline, mla_core.spec, mla_core.cli, mla_core.capacity, "
         "mla_core.params, mla_core.presets, mla_core.bench, mla_core.bench.config, mla_core.bench.schema, "
-        "mla_core.bench.history, mla_core.bench.errors\n"
+        "mla_core.bench.history, mla_core.bench.errors, mla_core.bench.comm, mla_core.bench.engines, "
+        "mla_core.bench.collectives\n"
         "from mla_core.bench import validate_result, BenchConfig, history, KERNELS\n"
         "print('torch' in sys.modules)"
     )
