@@ -25,6 +25,7 @@ PAGES = [
     st.Page("pages/kv_cache.py", title="KV cache", icon=":material/database:", url_path="kv", default=True),  # served at /
     st.Page("pages/capacity.py", title="Capacity", icon=":material/stacks:", url_path="concurrency"),
     st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
+    st.Page("pages/serving.py", title="Serving plan", icon=":material/dns:", url_path="serving-plan"),
     st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
     st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:", url_path="published-figures"),
 ]

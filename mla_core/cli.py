@@ -1,4 +1,4 @@
-"""The command line: `python -m mla_core {kv,capacity,roofline,bench,presets} ... [--json]`.
+"""The command line: `python -m mla_core {kv,capacity,roofline,plan,bench,presets} ... [--json]`.
 
 Bad input exits with status 2 and one line on stderr, never a traceback. `--json` prints one
 JSON object; without it, a table with units. The analytic commands import no numpy, torch,
@@ -38,7 +38,7 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, width=max(40, min(width, 120)))
 
 
-COMMANDS = ("kv", "capacity", "roofline", "bench", "presets")
+COMMANDS = ("kv", "capacity", "roofline", "plan", "bench", "presets")
 
 
 def _int_arg(name: str, minimum: int = 1):
@@ -75,7 +75,7 @@ def _short(text) -> str:
     return repr(text if len(text) <= 30 else text[:27] + "...")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
     g = p.add_argument_group("model (one of --model, --config, --attention)")
     g.add_argument("--model", metavar="PRESET", help="preset id, e.g. deepseek-v3 (see `presets`)")
     g.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or a folder holding one")
@@ -92,14 +92,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--intermediate-size", type=_int_arg("--intermediate-size"), help="MLP width (counted only if given)")
     g.add_argument("--vocab-size", type=_int_arg("--vocab-size"), help="embeddings (counted only if given)")
     c = p.add_argument_group("cache")
-    c.add_argument("--context", type=_int_arg("--context"), required=True, help="tokens per sequence, T")
-    c.add_argument("--batch", type=_int_arg("--batch"), default=1, help="sequences, B (default 1)")
+    if cache:
+        c.add_argument("--context", type=_int_arg("--context"), required=True, help="tokens per sequence, T")
+        c.add_argument("--batch", type=_int_arg("--batch"), default=1, help="sequences, B (default 1)")
     from .units import KV_DTYPES
 
     c.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES, metavar="DTYPE",
                    help=f"kv_cache_dtype: {', '.join(KV_DTYPES)} (default auto = the model's torch_dtype)")
-    c.add_argument("--cache-layout", choices=("latent", "expanded"), default="latent",
-                   help="MLA cache: the latent (default) or the expanded per-head K and V")
+    if cache:
+        c.add_argument("--cache-layout", choices=("latent", "expanded"), default="latent",
+                       help="MLA cache: the latent (default) or the expanded per-head K and V")
     c.add_argument("--block-size", type=_int_arg("--block-size"), help="round tokens up to whole blocks")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -201,6 +203,28 @@ def cmd_roofline(args) -> dict:
                     weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp)
 
 
+def cmd_plan(args) -> dict:
+    from .serving import Workload, search
+
+    model = _model(args)
+    gpu = _gpu(args, required=True)
+    num_gpus = args.num_gpus if args.num_gpus is not None else (args.tp or 1)
+    split_given = args.tp is not None or args.dp_attention or args.ep is not None
+    if args.batch is not None and not split_given:
+        raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep)")
+    wl = Workload(input_len=args.input_len, output_len=args.output_len, prefix_hit=args.prefix_hit,
+                  spec_tokens=args.spec_tokens, acceptance=args.acceptance)
+    link = args.link_gbps * 1e9 if args.link_gbps is not None else None
+    plan = search(model, gpu, num_gpus=num_gpus, gpus_per_node=args.gpus_per_node, workload=wl,
+                  ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, usd_per_gpu_hour=args.usd_per_gpu_hour,
+                  weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype,
+                  gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
+                  link_bandwidth_Bps=link, block_size=args.block_size,
+                  tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
+                  ep=args.ep if split_given else None, batch=args.batch)
+    return plan.to_dict()
+
+
 def cmd_presets(args) -> dict:
     from .presets import gpu_entries, model_entries
 
@@ -218,7 +242,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, formatter_class=_Formatter,
                      description="KV cache, capacity and decode roofline of MLA against MHA, GQA and MQA "
                                  "(definitions: shared/design/MODEL.md).")
-    sub = parser.add_subparsers(dest="command", metavar="{kv,capacity,roofline,bench,presets}")
+    sub = parser.add_subparsers(dest="command", metavar="{kv,capacity,roofline,plan,bench,presets}")
     sub.required = True
 
     def add(name, help_text, func, **kw):
@@ -261,6 +285,37 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--mla-path", choices=("absorbed", "recompute", "expanded"), default="absorbed",
                        help="MLA decode: absorbed (default), recompute, or expanded")
         p.add_argument("--tp", type=_int_arg("--tp"), default=1, help="one GPU's share of a TP group (default 1)")
+
+    p = add("plan", "serving plan: the split, batch, TTFT, TPOT, throughput, cost and launch commands", cmd_plan)
+    if p:
+        _add_model_args(p, cache=False)
+        p.add_argument("--gpu", metavar="ID", help="GPU preset (see `presets`)")
+        p.add_argument("--num-gpus", type=_int_arg("--num-gpus"), help="GPUs in the deployment (default: tp, or 1)")
+        p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"), default=8, help="default 8")
+        p.add_argument("--tp", type=_int_arg("--tp"), help="GPUs a replica (group); with --batch: evaluate this split")
+        p.add_argument("--dp-attention", action="store_true", help="attention data parallelism within the group")
+        p.add_argument("--ep", type=_int_arg("--ep"), help="expert parallelism: 1 or the group size tp")
+        p.add_argument("--batch", type=_int_arg("--batch"), help="sequences of the whole deployment (one point)")
+        p.add_argument("--input-len", type=_int_arg("--input-len"), required=True, help="input tokens a request")
+        p.add_argument("--output-len", type=_int_arg("--output-len"), required=True, help="output tokens a request")
+        p.add_argument("--prefix-hit", type=_real_arg("--prefix-hit"), default=0.0,
+                       help="share of input tokens already cached, [0, 1) (default 0)")
+        p.add_argument("--spec-tokens", type=_int_arg("--spec-tokens", minimum=0), default=0,
+                       help="speculative tokens a step, k (default 0)")
+        p.add_argument("--acceptance", type=_real_arg("--acceptance"), default=0.0,
+                       help="acceptance rate of each speculative token, [0, 1)")
+        p.add_argument("--ttft-ms", type=_real_arg("--ttft-ms"), help="SLO: time to first token, ms")
+        p.add_argument("--tpot-ms", type=_real_arg("--tpot-ms"), help="SLO: time per output token, ms")
+        p.add_argument("--usd-per-gpu-hour", type=_real_arg("--usd-per-gpu-hour"),
+                       help="your price of one GPU hour, $ (no price is built in)")
+        p.add_argument("--internode-gbps", type=_real_arg("--internode-gbps"), default=400.0,
+                       help="network per GPU across nodes, Gb/s (default 400)")
+        p.add_argument("--link-gbps", type=_real_arg("--link-gbps"),
+                       help="measured collective bus bandwidth, GB/s (replaces NVLink and network figures)")
+        p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
+                       help="default: fp8 for fp8 checkpoints, else torch_dtype")
+        p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
+                       help="share of GPU memory the engine may use (vLLM's meaning; default 0.9)")
 
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
                  "`bench --help`)", None, add_help=False)
@@ -327,6 +382,8 @@ def render_table(command: str, result: dict) -> str:
     if command == "presets":
         lines = ["models: " + ", ".join(m["id"] for m in r["models"]), "gpus:   " + ", ".join(g["id"] for g in r["gpus"])]
         return "\n".join(lines)
+    if command == "plan":
+        return render_plan(r)
     rows.append(("model", f"{r['model']} ({r['attention'].upper()})"))
     if command == "kv":
         rows += [
@@ -379,3 +436,35 @@ def render_table(command: str, result: dict) -> str:
         ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def render_plan(r: dict) -> str:
+    """The plan as a table: the best point, its cost and the two launch commands."""
+    from .units import format_count, format_seconds
+
+    best = r["best"]
+    lines = [f"model {r['model']} on {r['num_gpus']} x {r['gpu']} ({r['gpus_per_node']} a node); "
+             f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out; {r['points']} points tried"]
+    if best is None:
+        return "\n".join(lines + ["no point: " + "; ".join(r["notes"])])
+
+    def usd(v):
+        return "n/a (give --usd-per-gpu-hour)" if v is None else f"${v:,.4f}"
+
+    rows = [
+        ("best split", f"{best['split']} at batch {best['batch']:,} (memory cap {best['max_batch']:,})"),
+        ("TTFT (lower bound)", f"{format_seconds(best['ttft_s'])}, {best['prefill_bound']} bound"),
+        ("TPOT (lower bound)", f"{format_seconds(best['tpot_s'])}, {best['bound']} bound "
+                               f"(serial: {format_seconds(best['tpot_serial_s'])})"),
+        ("tokens/s per user", f"{best['tokens_per_s_per_user']:,.1f}"),
+        ("tokens/s per GPU", f"{best['tokens_per_s_per_gpu']:,.1f} (deployment {format_count(best['tokens_per_s'])})"),
+        ("whole step intensity", f"{best['step_intensity_flop_per_byte']:.1f} flop/B"),
+        ("$ per million output tokens", usd(best["usd_per_million_output_tokens"])),
+        ("$ per million input tokens", usd(best["usd_per_million_input_tokens"])),
+        ("what binds", best["limit"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += ["", "vLLM:   " + (r["vllm_command"] or "n/a"), "SGLang: " + (r["sglang_command"] or "n/a")]
+    lines += [f"note: {n}" for n in r["notes"]]
+    return "\n".join(lines)

@@ -42,6 +42,7 @@ Every time is a lower bound and every rate an upper bound; nothing is calibrated
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, replace
 
@@ -237,6 +238,14 @@ def draft_step_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_gpu: 
     return {"bytes": 0, "flops": 0.0}
 
 
+@functools.lru_cache(maxsize=1 << 10)
+def _attention_one_sequence(model: ModelSpec, context: int, kv_dtype: str, mla_path: str) -> dict:
+    """`roofline.decode_attention` of one sequence with every head on the GPU (DP-attention)."""
+    from .roofline import decode_attention
+
+    return decode_attention(model, context, 1, kv_dtype, mla_path, tp=1, dp_attention=True)
+
+
 def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: int) -> dict:
     """Bytes and flops of one decode step on the busiest GPU of a group holding `batch_group`
     sequences at the mean context, verifying k + 1 tokens each.
@@ -248,14 +257,17 @@ def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
     Returns ints/floats: `weights_bytes`, `kv_bytes`, `step_bytes`, `step_flops`,
     `attention_flops`, `batch_gpu`, `peak_flops`."""
     from .params import active_params_per_token, attention_side_params, params_streamed_per_step
-    from .roofline import decode_attention, roofline
+    from .roofline import roofline
     from .units import weight_bytes
 
     wdtype, k1, tp = _wdtype(model, dep), wl.spec_tokens + 1, dep.tp
     context = wl.mean_context
     if dep.dp_attention and tp > 1:
         b_gpu = -(-batch_group // tp)
-        att = decode_attention(model, context, b_gpu * k1, dep.kv_dtype, dep.mla_path, tp=1, dp_attention=True)
+        # decode_attention is B times one sequence's figures: ask for one sequence once.
+        one = _attention_one_sequence(model, context, dep.kv_dtype, dep.mla_path)
+        att = {"attention_bytes": one["attention_bytes"] * b_gpu * k1,
+               "attention_flops": one["attention_flops"] * b_gpu * k1}
         kv = att["attention_bytes"] // k1
         attn_params = attention_side_params(model)
         rest = params_streamed_per_step(model, batch_group * k1) - attn_params
@@ -506,14 +518,38 @@ def _prepare(model: ModelSpec, dep: Deployment, wl: Workload) -> _Split:
     return _Split(dep, cap_batch, pre, ttft, serial, bound, input_rate, reason)
 
 
+def _group_step(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: int) -> tuple:
+    """(decode_work of a group at `batch_group`, its communication): what a step costs one GPU."""
+    work = decode_work(model, dep, wl, batch_group)
+    k1 = wl.spec_tokens + 1
+    return work, communication(model, dep, batch_group * k1, work["batch_gpu"] * k1)
+
+
+# The search's fast path: a group's figures do not depend on how many replicas the deployment has,
+# so a sweep over deployment sizes reuses them (keyed by the group: num_gpus = tp). `evaluate` is
+# the scalar path and recomputes everything.
+_group_step_cached = functools.lru_cache(maxsize=1 << 16)(_group_step)
+_prepare_group_cached = functools.lru_cache(maxsize=1 << 12)(lambda model, dep, wl: _prepare(model, dep, wl))
+
+
+def clear_caches() -> None:
+    """Forget the search's per-group figures (benchmarks time a cold search)."""
+    _group_step_cached.cache_clear()
+    _prepare_group_cached.cache_clear()
+    _attention_one_sequence.cache_clear()
+
+
 def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_hour: float | None,
-           slo: tuple[float | None, float | None] = (None, None)) -> Point:
+           slo: tuple[float | None, float | None] = (None, None), group: Deployment | None = None) -> Point:
+    """One point; with `group` (the deployment cut to one group, num_gpus = tp) the group's step
+    comes from the search's cache."""
     dep = sp.dep
     replicas = dep.replicas
     b_rep = -(-batch // replicas)
-    work = decode_work(model, dep, wl, b_rep)
-    k1 = wl.spec_tokens + 1
-    comm = communication(model, dep, b_rep * k1, work["batch_gpu"] * k1)
+    if group is not None:
+        work, comm = _group_step_cached(model, group, wl, b_rep)
+    else:
+        work, comm = _group_step(model, dep, wl, b_rep)
     t_mem = work["step_bytes"] / dep.gpu.bandwidth_Bps
     t_cmp = work["step_flops"] / work["peak_flops"]
     parts = {"memory": t_mem, "compute": t_cmp, "communication": comm["time_s"]}
@@ -723,22 +759,23 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     points, summaries = [], []
     for t, dp, e in chosen:
         dep = check_deployment(model, replace(base, tp=t, dp_attention=dp, ep=e))
-        sp = _prepare(model, dep, workload)
+        group = replace(dep, num_gpus=dep.tp)
+        sp = replace(_prepare_group_cached(model, group, workload), dep=dep)
         max_batch = sp.max_batch_per_replica * dep.replicas
         if batch is not None:
             tried = [batch]
         else:
             tried = [b * dep.replicas for b in batches_up_to(min(sp.max_batch_per_replica, MAX_SPLIT_BATCH))]
-        mine = [_point(model, sp, workload, b, usd_per_gpu_hour, slo) for b in tried]
+        mine = [_point(model, sp, workload, b, usd_per_gpu_hour, slo, group=group) for b in tried]
         points += mine
         ok = [p for p in mine if p.meets_slo is not False and (p.fits or batch is not None)]
-        best = max(ok, key=lambda p: (p.tokens_per_s_per_gpu, p.tokens_per_s_per_user), default=None)
+        best = max(ok, key=_rank, default=None)
         if best is not None:
             best = replace(best, limit=_limit(best, sp, slo, workload, batch))
         summaries.append(SplitSummary(dep.split, t, dep.dp_attention and t > 1, e, dep.replicas, max_batch, best,
                                       sp.reason or ("" if best else "no batch meets the SLOs")))
     candidates = [s.best for s in summaries if s.best is not None]
-    best = max(candidates, key=lambda p: (p.tokens_per_s_per_gpu, p.tokens_per_s_per_user), default=None)
+    best = max(candidates, key=_rank, default=None)
     feasible = [p for p in points if p.fits or batch is not None]
     notes = []
     if best is None:
@@ -759,6 +796,11 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
                 sglang_command=sglang, launch=launch, notes=tuple(notes))
 
 
+def _rank(p: Point) -> tuple:
+    """Most tokens/s per GPU, then per user, then the shortest step without overlap."""
+    return (p.tokens_per_s_per_gpu, p.tokens_per_s_per_user, -p.step_serial_s)
+
+
 def _limit(p: Point, sp: _Split, slo, wl: Workload, batch: int | None) -> str:
     """What stopped this split's best batch: the memory cap, an SLO, or (a given batch) its bound."""
     if batch is not None:
@@ -769,3 +811,85 @@ def _limit(p: Point, sp: _Split, slo, wl: Workload, batch: int | None) -> str:
     if p.batch_per_replica >= sp.max_batch_per_replica:
         return "capacity"
     return "tpot" if tpot_max is not None else p.bound
+
+
+# --- published figures ----------------------------------------------------------------------------
+
+MEASUREMENT_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "kernel_GBps", "kernel_TFLOPS")
+
+
+def published_checks() -> list[dict]:
+    """Every figure of data/serving_measurements.json against the plan's bound for its setting.
+
+    Per GPU: `measured` / `measured_over_gpus`. Bounds: output tokens/s per GPU, the most tokens/s
+    per GPU over the batches that fit memory at the published split (or at the published batch);
+    input tokens/s per GPU, the split's prefill throughput; a kernel's GB/s or TFLOP/s, the roof
+    it runs under (the preset's bandwidth or dense bf16 peak).
+    Each row: `id`, `title`, `source`, `engine`, `model`, `gpu`, `split`, `parallelism`,
+    `workload`, `metric`, `measured_per_gpu`, `bound_per_gpu`, `efficiency` (measured / bound),
+    `within_bound`, `batch` (the batch the bound is taken at, None for kernels), `bound_by`,
+    `assumptions`. Raises MLAError when the file is missing or a row is malformed."""
+    from .presets import _load, load_gpu, load_model
+
+    rows = []
+    for m in _load("serving_measurements.json").get("measurements", []):
+        try:
+            metric = check_choice("metric", m["metric"], MEASUREMENT_METRICS)
+            model, gpu = load_model(m["model"]), load_gpu(m["gpu"])
+            par, w = m["parallelism"], m["workload"]
+            measured = check_real("measured", m["measured"], minimum=0) / check_int("measured_over_gpus",
+                                                                                     m["measured_over_gpus"])
+        except (KeyError, TypeError) as e:
+            raise MLAError(f"data/serving_measurements.json: a row lacks {e}") from None
+        wl = Workload(**w)
+        batch, bound_by = None, ""
+        split = split_label(par["tp"], par["dp_attention"], par["ep"], par["num_gpus"] // par["tp"])
+        if metric == "kernel_GBps":
+            bound = gpu.bandwidth_Bps / 1e9
+            bound_by = "HBM bandwidth"
+        elif metric == "kernel_TFLOPS":
+            bound = gpu.peak_flops("bf16") / 1e12
+            bound_by = "dense bf16 peak"
+        else:
+            plan = search(model, gpu, num_gpus=par["num_gpus"], gpus_per_node=par["gpus_per_node"], workload=wl,
+                          weights_dtype=m.get("weights_dtype"), kv_dtype=m.get("kv_dtype", "auto"),
+                          tp=par["tp"], dp_attention=par["dp_attention"], ep=par["ep"], batch=m.get("batch"))
+            best = plan.best
+            if best is None:
+                raise MLAError(f"data/serving_measurements.json: {m['id']} does not fit ({'; '.join(plan.notes)})")
+            if metric == "input_tokens_per_s_per_gpu":
+                bound, bound_by = best.input_tokens_per_s_per_gpu, f"prefill, {best.prefill_bound} bound"
+            else:
+                bound, bound_by = best.tokens_per_s_per_gpu, f"decode at batch {best.batch:,}, {best.bound} bound"
+                batch = best.batch
+        rows.append({
+            "id": m["id"], "title": m.get("title", m["id"]), "source": m.get("source", ""),
+            "engine": m.get("engine", ""), "model": model.name, "gpu": gpu.id, "split": split,
+            "parallelism": par, "workload": w, "metric": metric, "measured_per_gpu": measured,
+            "bound_per_gpu": bound, "efficiency": measured / bound, "within_bound": measured <= bound,
+            "batch": batch, "bound_by": bound_by, "assumptions": m.get("assumptions", ""),
+        })
+    return rows
+
+
+def largest_batch_that_fits(model: ModelSpec, gpu: GPU, *, context: int, tp: int = 1, kv_dtype: str = "auto",
+                            weights_dtype: str | None = None, cache_layout: str = "latent",
+                            gpu_memory_utilization: float = 0.9, block_size: int | None = None) -> int:
+    """Whole sequences of `context` tokens that one group of `tp` GPUs holds at TP: the
+    `capacity.capacity` answer (`max_concurrent_requests`) the roofline page marks on its batch
+    axis; 0 when the weights do not fit. Raises MLAError on bad inputs."""
+    from .capacity import capacity
+
+    return capacity(model, context=context, gpu=gpu, num_gpus=tp, tp=tp, weights_dtype=weights_dtype,
+                    kv_dtype=kv_dtype, cache_layout=cache_layout, gpu_memory_utilization=gpu_memory_utilization,
+                    block_size=block_size)["max_concurrent_requests"]
+
+
+def accuracy() -> dict:
+    """`published_checks()` and their summary, for the Published figures page: `rows`, `cases`,
+    `within_bound` (how many measured figures stay at or under their bound), `efficiency_min`,
+    `efficiency_max` (measured / bound)."""
+    rows = published_checks()
+    eff = [r["efficiency"] for r in rows]
+    return {"rows": rows, "cases": len(rows), "within_bound": sum(r["within_bound"] for r in rows),
+            "efficiency_min": min(eff, default=None), "efficiency_max": max(eff, default=None)}

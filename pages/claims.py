@@ -178,3 +178,42 @@ for c in differing:
                     language=None, wrap_lines=True)
         else:
             st.caption("No replay: no convention or slip tried gives the stated figure.")
+
+# --- accuracy of the serving plan against published serving figures -----------------------------------
+st.subheader("Accuracy: published serving figures against the serving plan's bound")
+st.caption("Each published throughput (data/serving_measurements.json) is set against the bound the Serving plan "
+           "computes for the same model, GPUs, split and workload. A bound is what no engine can beat; a measured "
+           "figure above it would be a modelling error (a test fails). Efficiency = measured / bound.")
+
+
+@st.cache_data(show_spinner=False)
+def _accuracy() -> dict:
+    from mla_core.serving import accuracy
+
+    return accuracy()
+
+
+try:
+    acc = _accuracy()
+except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
+    st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
+else:
+    a1, a2, a3 = st.columns(3)
+    a1.metric("Published figures checked", f"{acc['cases']}")
+    a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
+    if acc["cases"]:
+        a3.metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
+    METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
+                    "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
+                    "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
+    st.dataframe(pd.DataFrame([{
+        "figure": r["title"], "engine": r["engine"], "GPU": r["gpu"], "split": r["split"],
+        "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
+        "unit": METRIC_UNITS.get(r["metric"], r["metric"]),
+        "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
+        "efficiency": f"{r['efficiency']:.1%}", "bound set by": r["bound_by"],
+    } for r in acc["rows"]]), hide_index=True)
+    with st.expander("Sources and assumptions"):
+        for r in acc["rows"]:
+            st.markdown(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
+                        f"  _{escape_md(r['assumptions'], 600)}_")

@@ -11,6 +11,7 @@ from mla_core.errors import MLAError
 from mla_core.hardware import custom_gpu
 from mla_core.kv import default_gqa_groups, gqa_group_choices, resolve_kv_dtype, variant_specs
 from mla_core.roofline import MLA_PATHS, attainable_flops, attention_roofline, roofline
+from mla_core.serving import largest_batch_that_fits
 from mla_core.sweeps import decode_step_vs_batch, log_contexts
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
                             format_seconds, format_tokens)
@@ -156,6 +157,23 @@ if not step["weights_fit_in_memory"]:
     st.warning(escape_md(f"At TP {tp} one GPU would hold {format_bytes(step['weights_resident_bytes_per_gpu'])} of "
                          f"weights, more than its {format_bytes(gpu.memory_bytes)}: this step cannot run as set; "
                          "raise TP (Roofline settings) to see a deployment that fits.", 400))
+
+try:
+    own_cap = largest_batch_that_fits(model, gpu, context=T, tp=tp, kv_dtype=kv_dtype, weights_dtype=wdtype,
+                                      cache_layout="expanded" if (model.is_mla and mla_path == "expanded") else "latent")
+except MLAError:
+    own_cap = None
+m7, m8, _ = st.columns(3)
+m7.metric("Whole-step intensity", format_intensity(step["step_intensity_flop_per_byte"]),
+          help=f"Step flops / step bytes (weights + KV) on one GPU at TP {tp}; the ridge at the weights' "
+               f"{step['weights_dtype']} peak is {format_intensity(step['ridge_flop_per_byte'])}.")
+if own_cap is not None:
+    m8.metric(f"Largest batch that fits at TP {tp}", f"{own_cap:,} sequences",
+              help=f"Whole {format_tokens(T)} sequences the {tp} GPU(s) hold at gpu_memory_utilization 0.9 "
+                   "(the Capacity page's rule); the step charts grey out past it.")
+if own_cap is not None and B > own_cap:
+    st.info(f"Batch {B:,} does not fit: at TP {tp} memory holds {own_cap:,} sequences of {format_tokens(T)} "
+            "(gpu_memory_utilization 0.9); the figures above are for a step that cannot run as set.")
 
 # --- roofline chart ---------------------------------------------------------------------------------
 st.subheader("Attention on the roofline")
@@ -335,6 +353,9 @@ try:
     sweeps = [(label, decode_step_vs_batch(spec, gpu, batches, context=T, kv_dtype=dtype, weights_dtype=wdtype,
                                            mla_path=path, tp=tp))
               for label, spec, dtype, path in step_models]
+    step_caps = [largest_batch_that_fits(spec, gpu, context=T, tp=tp, kv_dtype=dtype, weights_dtype=wdtype,
+                                         cache_layout="expanded" if path == "expanded" else "latent")
+                 for label, spec, dtype, path in step_models]
 except MLAError as e:
     st.error(escape_md(str(e), 400))
     st.stop()
@@ -349,10 +370,21 @@ for i, (label, s) in enumerate(sweeps):
               for t, r, c in zip(s["step_time_s"], s["tokens_per_s"], s["compute_bound"])]
     hover = (f"{name}<br>batch %{{x:,}}<br>step %{{customdata[0]}}<br>%{{customdata[1]}}<br>"
              "%{customdata[2]} bound<extra></extra>")
-    fig_t.add_trace(go.Scatter(x=bx, y=s["step_time_s"] * 1e3, mode="lines", name=name, customdata=custom,
-                               line={"color": charts.color_for(label), "width": width}, hovertemplate=hover))
-    fig_r.add_trace(go.Scatter(x=bx, y=s["tokens_per_s"], mode="lines", name=name, customdata=custom,
-                               line={"color": charts.color_for(label), "width": width}, hovertemplate=hover))
+    # Past the largest batch that fits in memory the curve goes on grey and dotted.
+    fit = [j for j, b in enumerate(bx) if b <= step_caps[i]]
+    over = [j for j, b in enumerate(bx) if b > step_caps[i]]
+    parts = [(fit, name, {"color": charts.color_for(label), "width": width}, True)]
+    if over:
+        parts.append(([*fit[-1:], *over], f"{label}: does not fit in memory",
+                      {"color": "#aaaaaa", "width": width, "dash": "dot"}, mine))
+    for idx, trace_name, line, legend in parts:
+        if not idx:
+            continue
+        cd = [custom[j] for j in idx]
+        fig_t.add_trace(go.Scatter(x=[bx[j] for j in idx], y=s["step_time_s"][idx] * 1e3, mode="lines",
+                                   name=trace_name, customdata=cd, line=line, hovertemplate=hover, showlegend=legend))
+        fig_r.add_trace(go.Scatter(x=[bx[j] for j in idx], y=s["tokens_per_s"][idx], mode="lines",
+                                   name=trace_name, customdata=cd, line=line, hovertemplate=hover, showlegend=legend))
     if mine:
         for part, key, dash in (("memory time (bytes / bandwidth)", "memory_time_s", "dash"),
                                 ("compute time (flops / peak)", "compute_time_s", "dot")):
@@ -369,6 +401,11 @@ for f, key in ((fig_t, "step_time_s"), (fig_r, "tokens_per_s")):
                                name=f"compute bound from batch {crossover:,}",
                                line={"dash": "dash", "color": "#777777", "width": 1.5},
                                hovertemplate=f"memory/compute crossover: batch {crossover:,}<extra></extra>"))
+    if 1 <= step_caps[0] <= bx[-1]:
+        f.add_trace(go.Scatter(x=[step_caps[0], step_caps[0]], y=span, mode="lines",
+                               name=f"memory holds {step_caps[0]:,} sequences",
+                               line={"dash": "dashdot", "color": "#D55E00", "width": 1.5},
+                               hovertemplate=f"largest batch that fits at TP {tp}: {step_caps[0]:,}<extra></extra>"))
     f.add_trace(go.Scatter(x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
                            line={"dash": "dot", "color": "#777777", "width": 1.5},
                            hovertemplate=f"batch {B:,} (sidebar)<extra></extra>"))

@@ -267,3 +267,25 @@ def test_per_gpu_intensity_follows_tp_and_weights_that_cannot_fit_are_flagged():
     at = run_page(PAGE, model="deepseek-v3", gpu="h800", tp="1", context="32768")
     no_exceptions(at)
     assert any("cannot run" in plain(w.value) for w in at.warning)
+
+
+def test_step_charts_mark_the_largest_batch_that_fits_and_the_whole_step_intensity():
+    # DeepSeek-V3 on 8 H200 at TP8, 32K: Capacity's rule gives the sequences that fit; the curves
+    # past that batch are drawn grey and dotted.
+    from mla_core.serving import largest_batch_that_fits
+
+    at = run_page(PAGE, model="deepseek-v3", gpu="h200", context="32768", batch="64", tp="8", kv_dtype="auto")
+    no_exceptions(at)
+    model, gpu = load_model("deepseek-v3"), load_gpu("h200")
+    cap = largest_batch_that_fits(model, gpu, context=32768, tp=8)
+    assert cap == 22  # the figure: "Capacity says 22 such requests fit"
+    assert metric(at, "Largest batch that fits at TP 8") == f"{cap:,} sequences"
+    r = roofline(model, gpu, context=32768, batch=64, tp=8)
+    assert metric(at, "Whole-step intensity") == format_intensity(r["step_intensity_flop_per_byte"])
+    names = _trace_names(at)
+    assert f"memory holds {cap:,} sequences" in names
+    step_fig = _figures(at)[1]
+    grey = [t for t in step_fig["data"] if t.get("name", "").endswith("does not fit in memory")]
+    assert grey and min(grey[0]["x"]) <= cap < max(grey[0]["x"])
+    solid = next(t for t in step_fig["data"] if t.get("name", "").endswith("(this model)"))
+    assert max(solid["x"]) <= cap

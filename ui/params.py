@@ -208,6 +208,17 @@ _P = [
     Param("mla_path", "absorbed", choice_parser("mla_path", ("absorbed", "recompute", "expanded"))),
     Param("peak_tflops", 0.0, float_parser("peak_tflops", 0, 1e6),
           "typed dense bf16 peak (TFLOP/s) for a GPU with none published (Apple); 0: none"),
+    # serving plan (the CLI's `plan` flags; 0 = not set for the SLOs and the price)
+    Param("gpus_per_node", 8, int_parser("gpus_per_node", 1, 4096)),
+    Param("input_len", 4096, int_parser("input_len", 1, 10**7)),
+    Param("output_len", 1024, int_parser("output_len", 1, 10**7)),
+    Param("prefix_hit", 0.0, float_parser("prefix_hit", 0, 0.99)),
+    Param("spec_tokens", 0, int_parser("spec_tokens", 0, 16)),
+    Param("acceptance", 0.0, float_parser("acceptance", 0, 0.99)),
+    Param("ttft_ms", 2000.0, float_parser("ttft_ms", 0, 1e9), "0: no TTFT objective"),
+    Param("tpot_ms", 50.0, float_parser("tpot_ms", 0, 1e9), "0: no TPOT objective"),
+    Param("usd_per_gpu_hour", 0.0, float_parser("usd_per_gpu_hour", 0, 1e6), "0: no price (none is built in)"),
+    Param("internode_gbps", 400.0, float_parser("internode_gbps", 1e-3, 1e7, exclusive_lo=False)),
     # published-figures filters
     Param("claims_topic", [], list_parser("claims_topic", _claims_field("topic"))),
     Param("claims_verdict", [], list_parser("claims_verdict", lambda: ["differs", "reproduced"])),
