@@ -94,6 +94,8 @@ def gloo_run(tmp_path_factory):
     out = tmp / "out" / "collectives.json"
     out.parent.mkdir()
     env = dict(os.environ, MLA_EXPLORER_HISTORY=str(tmp / "history.sqlite3"), OMP_NUM_THREADS="1")
+    if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # a CI container's hostname may not resolve: gloo on loopback
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         env.pop(k, None)
     cmd = [*_torchrun(), "--standalone", "--nproc-per-node", "2", "-m", "mla_core", "bench", "collectives",
@@ -145,6 +147,7 @@ def test_only_rank_0_saves_to_the_history(gloo_run, monkeypatch):
     assert link.link_bandwidth_Bps == pytest.approx(top["busbw_GBps"] * 1e9)
     assert (link.size_bytes, link.world_size, link.backend) == (256 * 1024, 2, "gloo")
     assert comm.link_bandwidth(stored, "all_to_all").op == "all_to_all"
+    assert comm.stored_link_bandwidth(runs[0]["id"]) == link
 
 
 def test_link_bandwidth_refuses_other_results():
@@ -159,5 +162,8 @@ def test_a_kernel_page_refuses_a_collectives_result(gloo_run):
     from mla_core.bench.errors import InvalidResult
 
     _p, out, _env = gloo_run
-    with pytest.raises(InvalidResult, match="collectives result, not a kernels result"):
+    with pytest.raises(InvalidResult, match="collectives result, not a kernels result; import it in the Collectives"):
         validate_result(out.read_bytes())
+    p = subprocess.run([sys.executable, "-m", "mla_core", "bench", "--validate", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "valid collectives result" in p.stdout and f"{4 * len(comm.parse_sizes('4K..256K'))} results" in p.stdout

@@ -368,9 +368,13 @@ def _validate_file(path: str) -> int:
             raw = f.read(MAX_RESULT_BYTES + 1)
     except OSError as e:
         raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
-    data = validate_result(raw)
+    data = validate_result(raw, kind=None)  # any kind: kernels, collectives, engine
     name = "".join(ch if ch.isprintable() else "?" for ch in str(data["device"]["name"]))[:120]
-    print(f"{path}: valid result (schema_version {data['schema_version']}, {len(data['results'])} results, {name})")
+    kind = data.get("kind", "kernels")
+    count = len(data.get("results") or data.get("points") or [])
+    what = "results" if kind != "engine" else "points"
+    print(f"{path}: valid {'' if kind == 'kernels' else kind + ' '}result (schema_version {data['schema_version']}, "
+          f"{count} {what}, {name})")
     return 0
 
 

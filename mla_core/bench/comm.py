@@ -178,6 +178,14 @@ def link_bandwidth(result: dict, op: str = "all_reduce") -> LinkBandwidth:
                          source=source)
 
 
+def stored_link_bandwidth(run_id: int, op: str = "all_reduce", *, path: str | None = None) -> LinkBandwidth:
+    """`link_bandwidth` of a collectives run in the history (`mla_core.bench.history`), e.g. for
+    a planner's `--link-from-run ID`. Raises BenchError for an unknown id, MLAError otherwise."""
+    from . import history
+
+    return link_bandwidth(history.get_run(run_id, path=path)["result"], op)
+
+
 @dataclass(frozen=True)
 class CollectiveRow:
     op: str

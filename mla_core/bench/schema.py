@@ -106,7 +106,9 @@ def validate_result(obj, kind: str | None = "kernels") -> dict:
     if found not in KINDS:
         raise InvalidResult(f"result JSON, kind: {str(found)[:40]!r} is not one of {', '.join(KINDS)}")
     if kind is not None and found != kind:
-        raise InvalidResult(f"this is a {found} result, not a {kind} result")
+        where = {"collectives": "the Collectives section", "engine": "the Engine runs section",
+                 "kernels": "the kernel results"}.get(found, "its own section")
+        raise InvalidResult(f"this is a {found} result, not a {kind} result; import it in {where}")
     error = _first_error(data, found)
     if error is not None:
         raise InvalidResult(error)
