@@ -422,6 +422,7 @@ def _render_shown(shown: dict) -> None:
     st.caption(f"**{escape_md(dev['name'])}** ({escape_md(', '.join(facts), 400)}); measured "
                f"{escape_md(shown.get('created', ''))}" + (f" in {format_seconds(shown['wall_s'])}"
                                                            if shown.get("wall_s") else "") + ".")
+    bench_model.show_result(shown)
     cs = report.ceiling_summary(shown)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Copy bandwidth (measured)", format_rate(cs["copy_GBps"] * GB, "B/s") if cs["copy_GBps"] else "n/a",

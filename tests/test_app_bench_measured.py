@@ -95,3 +95,17 @@ def test_run_settings_follow_the_sidebar_model():
     at.session_state["model"] = "deepseek-v3"
     at.run()
     assert at.number_input(key="_bench_heads").value == 128
+
+
+def test_a_shown_result_states_its_scaling():
+    from mla_core.bench import run as brun
+
+    cfg = brun.default_config("cpu", True)
+    result = brun.run_benchmark({**cfg.to_dict(), "kernels": ["mqa_decode"], "reps": 1, "min_reps": 1,
+                                 "budget_s": 0.01, "contexts": [512], "batches": [1]})
+    assert result["config"]["scaling"] == cfg.scaling  # kept through a run request laid over the defaults
+    run_id = history.save_run(result)
+    at = run_page(PAGE)
+    at.selectbox(key="_bench_show").set_value(f"run:{run_id}").run()
+    no_exceptions(at)
+    assert plain(f"Shape: {cfg.scaling}.") in shown(at.info)

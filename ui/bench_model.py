@@ -87,3 +87,14 @@ def seed_or_error(device: str, quick: bool):
         return seed(device, quick), None
     except MLAError as e:
         return None, str(e)
+
+
+def show_result(result: dict) -> None:
+    """Which model's shape a shown result measured, and its scaling (the result's own statement)."""
+    cfg = result.get("config") if isinstance(result, dict) else None
+    if not isinstance(cfg, dict) or not cfg.get("model"):
+        return
+    if cfg.get("scaling"):
+        st.info(f"Shape: {escape_md(cfg['scaling'], 600)}.")
+    else:
+        st.caption(f"Shape: {escape_md(cfg['model'], 100)}'s attention, at the batch and context asked for.")
