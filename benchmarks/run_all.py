@@ -24,6 +24,7 @@ def sections(tiny: bool):
     import cli_startup
     import microbench
     import page_reactivity
+    import serving_search
     import sweeps_bench
 
     out = [
@@ -39,6 +40,7 @@ def sections(tiny: bool):
     if memory is not None:
         out.append(("4. Memory of the app server", lambda: memory.run(tiny=tiny)))
     out.append(("5. The microbenchmark against this machine's limits", lambda: microbench.run(tiny=tiny)))
+    out.append(("6. Serving plan search", lambda: serving_search.run(max_gpus=8 if tiny else 64, repeat=1 if tiny else 5)))
     return out
 
 

@@ -214,7 +214,11 @@ def cmd_plan(args) -> dict:
         raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep)")
     wl = Workload(input_len=args.input_len, output_len=args.output_len, prefix_hit=args.prefix_hit,
                   spec_tokens=args.spec_tokens, acceptance=args.acceptance)
-    link = args.link_gbps * 1e9 if args.link_gbps is not None else None
+    link = None
+    if args.link_gbps is not None:
+        from .validate import check_real
+
+        link = check_real("--link-gbps", args.link_gbps, minimum=0, exclusive_minimum=True, maximum=1e7) * 1e9
     plan = search(model, gpu, num_gpus=num_gpus, gpus_per_node=args.gpus_per_node, workload=wl,
                   ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, usd_per_gpu_hour=args.usd_per_gpu_hour,
                   weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype,
@@ -290,6 +294,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if p:
         _add_model_args(p, cache=False)
         p.add_argument("--gpu", metavar="ID", help="GPU preset (see `presets`)")
+        p.add_argument("--bandwidth-tbps", type=_real_arg("--bandwidth-tbps"),
+                       help="memory bandwidth in TB/s (overrides the preset)")
+        p.add_argument("--peak-tflops", type=_real_arg("--peak-tflops"),
+                       help="dense tensor peak in TFLOP/s (overrides the preset)")
         p.add_argument("--num-gpus", type=_int_arg("--num-gpus"), help="GPUs in the deployment (default: tp, or 1)")
         p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"), default=8, help="default 8")
         p.add_argument("--tp", type=_int_arg("--tp"), help="GPUs a replica (group); with --batch: evaluate this split")

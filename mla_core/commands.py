@@ -74,6 +74,7 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
     per_replica = max(1, point.batch_per_replica)
     gmu = f"{dep.gpu_memory_utilization:g}"
     notes = []
+    others = "node 1" if nodes == 2 else f"nodes 1 to {nodes - 1}"
     if point.replicas > 1:
         notes.append(f"start {point.replicas} replicas of {tp} GPUs each (one command per replica) "
                      "behind a load balancer")
@@ -88,7 +89,7 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
         if nodes > 1:
             vllm += ["--data-parallel-size-local", str(gpn), "--data-parallel-address", HEAD_ADDRESS,
                      "--data-parallel-rpc-port", str(VLLM_RPC_PORT)]
-            notes.append(f"vLLM, nodes 1..{nodes - 1}: the same command with --headless and "
+            notes.append(f"vLLM, {others}: the same command with --headless and "
                          f"--data-parallel-start-rank {gpn}*NODE_RANK")
         per_engine = -(-per_replica // tp)
     else:
@@ -138,7 +139,7 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
                              "(--speculative-draft-model-path)")
         if nodes > 1:
             sgl += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", f"{HEAD_ADDRESS}:{SGLANG_INIT_PORT}"]
-            notes.append(f"SGLang, nodes 1..{nodes - 1}: the same command with --node-rank NODE_RANK")
+            notes.append(f"SGLang, {others}: the same command with --node-rank NODE_RANK")
         sgl.append("--trust-remote-code")
     if nodes > 1:
         notes.append(f"replace {HEAD_ADDRESS} with the first node's address")

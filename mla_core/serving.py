@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .errors import MLAError
 from .hardware import GPU
 from .spec import ModelSpec
-from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, check_choice, check_int, check_real
+from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int, check_real
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire (MODEL.md, "Serving")
 MAX_SPEC_TOKENS = 16
@@ -239,56 +239,71 @@ def draft_step_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_gpu: 
 
 
 @functools.lru_cache(maxsize=1 << 10)
-def _attention_one_sequence(model: ModelSpec, context: int, kv_dtype: str, mla_path: str) -> dict:
-    """`roofline.decode_attention` of one sequence with every head on the GPU (DP-attention)."""
+def _attention_one_sequence(model: ModelSpec, context: int, kv_dtype: str, mla_path: str, tp: int,
+                            dp_attention: bool) -> dict:
+    """`roofline.decode_attention` of one sequence on one GPU (its heads under TP, all of them under
+    DP-attention); a step's attention is B times this."""
     from .roofline import decode_attention
 
-    return decode_attention(model, context, 1, kv_dtype, mla_path, tp=1, dp_attention=True)
+    return decode_attention(model, context, 1, kv_dtype, mla_path, tp=tp, dp_attention=dp_attention)
+
+
+@functools.lru_cache(maxsize=1 << 8)
+def _model_params(model: ModelSpec) -> tuple[int, int]:
+    """(`params.active_params_per_token`, `params.attention_side_params`) of a model."""
+    from .params import active_params_per_token, attention_side_params
+
+    return active_params_per_token(model), attention_side_params(model)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _streamed_params(model: ModelSpec, tokens: int) -> float:
+    """`params.params_streamed_per_step` at `tokens` tokens (MoE experts touched)."""
+    from .params import params_streamed_per_step
+
+    return params_streamed_per_step(model, tokens)
 
 
 def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: int) -> dict:
     """Bytes and flops of one decode step on the busiest GPU of a group holding `batch_group`
-    sequences at the mean context, verifying k + 1 tokens each.
+    sequences at the mean context, verifying k + 1 tokens each (the roofline of MODEL.md,
+    "Decode step roofline", composed from the core's parts so that both splits share it):
 
-    TP: `roofline.roofline` at batch B (k + 1) (its weights, experts touched and flops), the KV
-    read once (its attention bytes / (k + 1)). DP-attention: `roofline.decode_attention` for the
-    GPU's own ceil(B / tp) sequences with all heads, the attention weights whole, the rest of the
-    streamed parameters (`params.params_streamed_per_step` at B (k + 1) tokens) / tp.
+        attention   `roofline.decode_attention` of the GPU's sequences (TP: all B, heads / tp,
+                    the MLA latent whole; DP-attention: ceil(B / tp), every head), flops x (k + 1),
+                    the KV read once
+        weights     `params.params_streamed_per_step` at B (k + 1) tokens (experts touched): TP
+                    divides all by tp; DP-attention keeps the attention weights whole, the rest / tp
+        flops       2 x `params.active_params_per_token` a token (attention-side ones on the GPU's
+                    own tokens under DP-attention) + attention
+
+    At TP this equals `roofline.roofline(batch=B (k + 1), tp=tp)` but for the KV read once
+    (tests/test_serving.py checks it). `draft_step_work` is added for MTP / EAGLE.
     Returns ints/floats: `weights_bytes`, `kv_bytes`, `step_bytes`, `step_flops`,
     `attention_flops`, `batch_gpu`, `peak_flops`."""
-    from .params import active_params_per_token, attention_side_params, params_streamed_per_step
-    from .roofline import roofline
     from .units import weight_bytes
 
     wdtype, k1, tp = _wdtype(model, dep), wl.spec_tokens + 1, dep.tp
-    context = wl.mean_context
-    if dep.dp_attention and tp > 1:
-        b_gpu = -(-batch_group // tp)
-        # decode_attention is B times one sequence's figures: ask for one sequence once.
-        one = _attention_one_sequence(model, context, dep.kv_dtype, dep.mla_path)
-        att = {"attention_bytes": one["attention_bytes"] * b_gpu * k1,
-               "attention_flops": one["attention_flops"] * b_gpu * k1}
-        kv = att["attention_bytes"] // k1
-        attn_params = attention_side_params(model)
-        rest = params_streamed_per_step(model, batch_group * k1) - attn_params
-        weights = weight_bytes(attn_params, wdtype) + -(-weight_bytes(rest, wdtype) // tp)
-        linear = 2.0 * attn_params * b_gpu * k1 + 2.0 * (active_params_per_token(model) - attn_params) * batch_group * k1 / tp
-        flops = linear + att["attention_flops"]
-        attention_flops = att["attention_flops"]
+    dp = dep.dp_attention and tp > 1
+    b_gpu = -(-batch_group // tp) if dp else batch_group
+    one = _attention_one_sequence(model, wl.mean_context, dep.kv_dtype, dep.mla_path, 1 if dp else tp, dp)
+    kv = one["attention_bytes"] * b_gpu
+    attention_flops = one["attention_flops"] * b_gpu * k1
+    active, attn_params = _model_params(model)
+    streamed = _streamed_params(model, batch_group * k1)
+    tokens = batch_group * k1
+    if dp:
+        weights = weight_bytes(attn_params, wdtype) + -(-weight_bytes(streamed - attn_params, wdtype) // tp)
+        linear = 2.0 * attn_params * b_gpu * k1 + 2.0 * (active - attn_params) * tokens / tp
     else:
-        b_gpu = batch_group
-        r = roofline(model, dep.gpu, context=context, batch=batch_group * k1, kv_dtype=dep.kv_dtype,
-                     weights_dtype=wdtype, mla_path=dep.mla_path, tp=tp)
-        kv = r["attention_bytes"] // k1
-        weights = r["weights_bytes_per_step"]
-        flops = r["step_flops"]
-        attention_flops = r["attention_flops"]
+        weights = -(-weight_bytes(streamed, wdtype) // tp)
+        linear = 2.0 * active * tokens / tp
     draft = draft_step_work(model, dep, wl, b_gpu)
     return {
         "weights_bytes": weights,
         "kv_bytes": kv,
         "step_bytes": weights + kv + draft["bytes"],
-        "step_flops": flops + draft["flops"],
+        "step_flops": linear + attention_flops + draft["flops"],
         "attention_flops": attention_flops,
         "batch_gpu": b_gpu,
         "peak_flops": dep.gpu.peak_flops(wdtype),
@@ -354,6 +369,11 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
 
 # --- communication --------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 8)
+def _moe_layers(model: ModelSpec) -> int:
+    return model.moe.num_moe_layers if model.moe else 0
+
+
 def _nodes(dep: Deployment) -> tuple[int, int]:
     """(nodes a group spans, GPUs of the group in one node)."""
     g = min(dep.tp, dep.gpus_per_node)
@@ -381,7 +401,7 @@ def communication(model: ModelSpec, dep: Deployment, tokens_group: int, tokens_g
     if tp == 1:
         return zero
     nodes, g = _nodes(dep)
-    moe_layers = model.moe.num_moe_layers if model.moe else 0
+    moe_layers = _moe_layers(model)
 
     def allreduce(size: float, count: int) -> tuple[float, float, float]:
         """(bytes per GPU, NVLink part, network part) of `count` all-reduces of `size` bytes."""
@@ -536,7 +556,8 @@ def clear_caches() -> None:
     """Forget the search's per-group figures (benchmarks time a cold search)."""
     _group_step_cached.cache_clear()
     _prepare_group_cached.cache_clear()
-    _attention_one_sequence.cache_clear()
+    for f in (_attention_one_sequence, _model_params, _streamed_params, _moe_layers):
+        f.cache_clear()
 
 
 def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_hour: float | None,
@@ -632,6 +653,8 @@ def splits(model: ModelSpec, num_gpus: int) -> list[tuple[int, bool, int]]:
     out = []
     moe = model.moe
     for tp in divisors(num_gpus):
+        if tp > MAX_TP:
+            break
         out.append((tp, False, 1))
         if moe is not None and tp > 1:
             out.append((tp, True, 1))

@@ -207,11 +207,11 @@ else:
                     "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
                     "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
     st.dataframe(pd.DataFrame([{
-        "figure": r["title"], "engine": r["engine"], "GPU": r["gpu"], "split": r["split"],
-        "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
-        "unit": METRIC_UNITS.get(r["metric"], r["metric"]),
+        "figure": r["id"], "efficiency": f"{r['efficiency']:.1%}",
         "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
-        "efficiency": f"{r['efficiency']:.1%}", "bound set by": r["bound_by"],
+        "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
+        "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
+        "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
     } for r in acc["rows"]]), hide_index=True)
     with st.expander("Sources and assumptions"):
         for r in acc["rows"]:

@@ -55,7 +55,6 @@ with st.expander("Deployment, workload and objectives", expanded=not present):
     st.number_input("Your price of one GPU hour, $ (0: none; no price is built in)", 0.0, 1e6, step=0.1,
                     key="usd_per_gpu_hour")
 
-v = state.values()
 acceptance = v["acceptance"] if v["spec_tokens"] else 0.0
 if v["acceptance"] and not v["spec_tokens"]:
     st.info("An acceptance rate needs speculative tokens (k >= 1); it is ignored.")
@@ -84,7 +83,7 @@ if best is None:
 else:
     st.caption(f"**{escape_md(model.name)}** on {v['num_gpus']:,} × **{escape_md(gpu_name)}**, "
                f"{v['input_len']:,} in / {v['output_len']:,} out, {len(plan.points):,} points tried.")
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4 = st.columns([2, 1, 1, 1])
     m1.metric("Best split", best.split, help=f"batch {best.batch:,} of the whole deployment "
                                              f"(memory holds {best.max_batch:,}); what binds: {best.limit}")
     m2.metric("TTFT, lower bound", format_seconds(best.ttft_s), help=f"prefill, {best.prefill_bound} bound; "
@@ -92,7 +91,7 @@ else:
     m3.metric("TPOT, lower bound", format_seconds(best.tpot_s), help=f"decode step, {best.bound} bound; "
               f"without overlap {format_seconds(best.tpot_serial_s)}")
     m4.metric("Tokens/s per user", f"{best.tokens_per_s_per_user:,.1f}")
-    m5, m6, m7, m8 = st.columns(4)
+    m5, m6, m7, m8 = st.columns([2, 1, 1, 1])
     m5.metric("Tokens/s per GPU", f"{best.tokens_per_s_per_gpu:,.1f}",
               help=f"{format_count(best.tokens_per_s)} output tokens/s for the deployment")
     m6.metric("$ per million output tokens", _usd(best.usd_per_million_output_tokens),
@@ -127,6 +126,11 @@ for i, s in enumerate(plan.splits):
         hovertemplate=(f"{html.escape(s.split)}<br>batch %{{customdata[0]:,}}<br>%{{x:,.1f}} tokens/s per user<br>"
                        "%{y:,.1f} tokens/s per GPU<br>TTFT %{customdata[1]}, TPOT %{customdata[2]}<br>"
                        "%{customdata[3]} bound; meets the SLOs: %{customdata[4]}<extra></extra>")))
+if plan.pareto:
+    fig.add_trace(go.Scatter(x=[p.tokens_per_s_per_user for p in plan.pareto],
+                             y=[p.tokens_per_s_per_gpu for p in plan.pareto], mode="lines",
+                             name="Pareto front (no point beats these on both axes)",
+                             line={"color": "#333333", "width": 2, "dash": "dash"}, hoverinfo="skip"))
 if best is not None:
     fig.add_trace(go.Scatter(x=[best.tokens_per_s_per_user], y=[best.tokens_per_s_per_gpu], mode="markers",
                              name=f"best: {html.escape(best.split)}, batch {best.batch:,}",

@@ -27,6 +27,13 @@ def test_page_shows_the_cores_best_point_and_commands():
     assert metric(at, "TPOT, lower bound") == format_seconds(best.tpot_s)
     assert metric(at, "Tokens/s per GPU") == f"{best.tokens_per_s_per_gpu:,.1f}"
     assert metric(at, "$ per million output tokens") == f"${best.usd_per_million_output_tokens:,.3f}"
+    import json
+
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    front = next(t for t in fig["data"] if t.get("name", "").startswith("Pareto front"))
+    assert front["y"] == [p.tokens_per_s_per_gpu for p in plan.pareto]
+    star = next(t for t in fig["data"] if t.get("name", "").startswith("best: "))
+    assert star["x"] == [best.tokens_per_s_per_user] and star["y"] == [best.tokens_per_s_per_gpu]
     codes = [c.value for c in at.code]
     assert plan.vllm_command in codes and plan.sglang_command in codes
     table = at.dataframe[0].value
