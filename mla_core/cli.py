@@ -357,7 +357,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="share of GPU memory the engine may use (vLLM's meaning; default 0.9)")
 
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
-                 "`bench --help`)", None, add_help=False)
+                 "`bench --help`); `bench collectives` under torchrun; `bench import FILE` for vLLM / SGLang "
+                 "results", None, add_help=False)
 
     p = add("presets", "list model and GPU presets", cmd_presets)
     if p:

@@ -19,7 +19,7 @@ from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT
 from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_count, format_intensity, format_rate, format_seconds
-from ui import bench_runs, charts, measured, state
+from ui import bench_model, bench_runs, charts, measured, state
 from ui.text import display_path, escape_md, hide_paths
 
 GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per TFLOP/s, bytes per MiB
@@ -141,13 +141,11 @@ if finished is not None:
 
 # --- measure this machine ------------------------------------------------------------------------------
 def _seed() -> None:
-    """Defaults for the chosen device and quick setting, sized to its free memory (imports torch)."""
-    from mla_core.bench import run as bench_run
-
-    try:
-        cfg = bench_run.default_config(ss.get("_bench_device", "auto"), bool(ss.get("_bench_quick", True)))
-    except MLAError as e:
-        _say("run", "error", str(e))
+    """The sidebar model's shape at its batch and context for the chosen device and quick setting,
+    scaled to fit (mla_core.bench.run.default_config; imports torch)."""
+    cfg, error = bench_model.seed_or_error(ss.get("_bench_device", "auto"), bool(ss.get("_bench_quick", True)))
+    if cfg is None:
+        _say("run", "error", error)
         return
     ss.update(_bench_batch=cfg.batches[0], _bench_context=cfg.contexts[0], _bench_heads=cfg.heads,
               _bench_gqa=cfg.gqa_groups, _bench_kernels=list(cfg.kernels), _bench_reps=cfg.reps,
@@ -180,7 +178,9 @@ def _widget_config() -> dict:
             "heads": int(ss["_bench_heads"]), "gqa_groups": int(ss["_bench_gqa"]),
             "kernels": list(ss["_bench_kernels"]), "reps": int(ss["_bench_reps"]),
             "stream_bytes": int(ss["_bench_stream_mib"]) * MiB, "matmul_n": int(ss["_bench_matmul_n"]),
-            "budget_s": float(ss["_bench_budget_s"])}
+            "budget_s": float(ss["_bench_budget_s"]),
+            **bench_model.extra_fields(int(ss["_bench_batch"]), int(ss["_bench_context"]), int(ss["_bench_heads"]),
+                                       int(ss["_bench_gqa"]))}
 
 
 def _plan():
@@ -258,6 +258,8 @@ else:
     if ss.get("_bench_device") not in devices:
         ss["_bench_device"] = next(iter(devices))
         _seed()
+    elif bench_model.needs_seed():  # the sidebar's model, batch or context changed
+        _seed()
     with st.expander("Run settings", expanded=not present):
         c1, c2, c3 = st.columns(3)
         c1.selectbox("Device", list(devices), key="_bench_device", on_change=_seed,
@@ -283,8 +285,10 @@ else:
         c3.number_input("Matmul n (n x n x n)", 1, 1 << 16, step=256, key="_bench_matmul_n")
         c4.number_input("Time budget per kernel (s)", 0.01, 3600.0, step=0.5, key="_bench_budget_s")
         st.text_input("Label for the history (optional)", key="_bench_label", max_chars=200)
-        st.caption("Defaults: DeepSeek-V3 attention widths (d_c 512, d_r 64, d_nope 128, d_v 128; MHA/GQA/MQA d_h "
-                   "128), sized by mla_core.bench.default_config to half of the device's free memory.")
+        st.caption("Defaults: the sidebar model's attention shape (n_h, KV heads, d_h, d_c, d_r, d_nope, d_v) at the "
+                   "sidebar's batch and context, scaled (batch, then context) by mla_core.bench.default_config to half "
+                   "of the device's free memory and, on a CPU, a time budget.")
+    bench_model.show()
     for key in ("_bench_device", "_bench_dtype", "_bench_quick", "_bench_batch", "_bench_context", "_bench_heads",
                 "_bench_gqa", "_bench_kernels", "_bench_reps", "_bench_stream_mib", "_bench_matmul_n",
                 "_bench_budget_s", "_bench_label"):
@@ -357,7 +361,7 @@ _flush("import")
 # --- the runs there are: history and committed samples ----------------------------------------------------
 try:
     # Reading an empty history creates no file: the store is made by the first save.
-    runs = history.list_runs() if os.path.exists(history.default_path()) else []
+    runs = history.list_runs(kind="kernels") if os.path.exists(history.default_path()) else []
 except MLAError as e:
     _say("history", "error", f"History: {e}")
     runs = []
@@ -419,6 +423,7 @@ def _render_shown(shown: dict) -> None:
     st.caption(f"**{escape_md(dev['name'])}** ({escape_md(', '.join(facts), 400)}); measured "
                f"{escape_md(shown.get('created', ''))}" + (f" in {format_seconds(shown['wall_s'])}"
                                                            if shown.get("wall_s") else "") + ".")
+    bench_model.show_result(shown)
     cs = report.ceiling_summary(shown)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Copy bandwidth (measured)", format_rate(cs["copy_GBps"] * GB, "B/s") if cs["copy_GBps"] else "n/a",
@@ -743,3 +748,9 @@ else:
         d1, d2, _ = st.columns([1, 1, 3])
         d1.button("Yes, delete", key="_bench_delete_yes", on_click=_delete, type="primary")
         d2.button("Keep them", key="_bench_delete_no", on_click=lambda: ss.pop("_bench_confirm_delete", None))
+
+# --- measured beyond one device: collectives and imported engine runs (ui/collectives.py, ui/engine_runs.py) ---
+from ui import collectives as ui_collectives, engine_runs as ui_engine_runs  # noqa: E402
+
+ui_collectives.section(present)
+ui_engine_runs.section(present)

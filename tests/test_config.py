@@ -121,7 +121,7 @@ def test_hostile_dicts(cfg, match):
     (dict(LLAMA, num_local_experts=8, num_experts_per_tok=9), "exceeds"),
 ])
 def test_moe_fields_only_stop_the_parameter_count(cfg, match):
-    # MODEL.md: a field only the parameter count needs never stops the cache answer; the note names it.
+    # docs/model.md: a field only the parameter count needs never stops the cache answer; the note names it.
     m = parse_config(cfg)
     assert m.moe is None and not m.params_complete
     assert any(match in n and "parameters" in n for n in m.notes)

@@ -3,7 +3,7 @@
 It measures this machine's ceilings (copy and read bandwidth, matmul throughput) and one decode
 step of MHA, GQA, MQA and MLA (absorbed and recompute) at the same batch B and context T, and
 sets each measurement beside the roofline time that mla_core's own formulas predict from the
-measured ceilings (MODEL.md, "Measuring on the local device").
+measured ceilings (docs/model.md, "Measuring on the local device").
 
 Python API (what the app's benchmark page uses; names are imported lazily, and only `run`,
 `device`, `timing` and `kernels` import torch):

@@ -1,11 +1,18 @@
 """`python -m mla_core bench ...`: measure this device and write the result JSON.
 
-    python -m mla_core bench [--device auto|cpu|cuda|mps] [--quick] [--dtype auto|fp32|bf16|fp16]
+    python -m mla_core bench [--model PRESET | --config PATH] [--device auto|cpu|cuda|mps] [--quick]
+        [--dtype auto|fp32|bf16|fp16]
         [--batch B[,B...]] [--context N[,N...]] [--heads H] [--gqa-groups G]
         [--kernels K[,K...]] [--reps R] [--budget-s S] [--stream-bytes SIZE] [--matmul-n N]
         [--flush-bytes SIZE] [--threads N] [--skip-oversize] [--seed S] [--out FILE.json]
         [--json] [--progress | --no-progress] [--save [--label TEXT]]
     python -m mla_core bench --validate FILE.json
+    torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
+    python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.bench.engines)
+
+The decode kernels run the attention shape of `--model` (default DeepSeek-V3) or `--config`,
+scaled down in batch and context (never in heads or widths) to fit the device, and the result
+says so (`mla_core.bench.run.default_config`).
 
 A list of batches and contexts is a sweep (every decode kernel at every (B, T)); contexts take
 K and M suffixes (4K = 4096, 128K = 131072). The table goes to stdout (or the JSON with
@@ -138,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per step; a list makes a sweep")
     p.add_argument("--context", "--contexts", dest="contexts", type=_int_list("--context", MAX_CONTEXT, True),
                    metavar="N[,N...]", help="tokens cached per sequence (4K = 4096); a list makes a sweep")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="PRESET",
+                     help="the model whose attention shape is measured (default deepseek-v3; "
+                          "`python -m mla_core presets` lists them): n_h, KV heads, d_h, d_c, d_r, d_nope, d_v")
+    src.add_argument("--config", metavar="PATH", help="a Hugging Face config.json instead of a preset")
     p.add_argument("--heads", type=_int("--heads", 1, MAX_HEADS), help="query heads n_h of every decode kernel")
     p.add_argument("--gqa-groups", type=_int("--gqa-groups", 1, MAX_HEADS), help="KV heads of gqa_decode (default 8)")
     p.add_argument("--kernels", type=_kernels, metavar="K[,K...]", help=f"a subset of {','.join(KERNELS)}")
@@ -195,6 +207,14 @@ class _Bar:
 def main(argv: list[str] | None = None) -> int:
     """Entry point (mla_core.cli dispatches `bench` here). Returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "collectives":  # torch.distributed under torchrun: mla_core.bench.collectives
+        from .collectives import main as collectives_main
+
+        return collectives_main(argv[1:])
+    if argv and argv[0] == "import":  # engine benchmark results: mla_core.bench.engines
+        from .engines import main as import_main
+
+        return import_main(argv[1:])
     bar = _Bar(sys.stderr, False)
     try:
         args = build_parser().parse_args(argv)
@@ -216,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:  # torch missing or broken: the analytic commands still work
             raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
 
-        config = default_config(args.device, args.quick, **overrides)
+        model = args.model
+        if args.config:
+            from ..config import load_config
+
+            model = load_config(args.config)
+        config = default_config(args.device, args.quick, model=model, **overrides)
         bar.enabled = sys.stderr.isatty() if args.progress is None else args.progress
         cancel = threading.Event()
         with _cancel_on_sigterm(cancel):  # `timeout` and job schedulers stop us cleanly
@@ -297,6 +322,7 @@ def _write_json(path: str, result: dict) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=folder)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2, allow_nan=False)
                 f.write("\n")
@@ -309,6 +335,20 @@ def _write_json(path: str, result: dict) -> None:
             raise
     except OSError as e:
         raise BenchError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _umask() -> int:
+    """The process umask: from /proc (no change of state), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _validate_file(path: str) -> int:
@@ -328,9 +368,13 @@ def _validate_file(path: str) -> int:
             raw = f.read(MAX_RESULT_BYTES + 1)
     except OSError as e:
         raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
-    data = validate_result(raw)
+    data = validate_result(raw, kind=None)  # any kind: kernels, collectives, engine
     name = "".join(ch if ch.isprintable() else "?" for ch in str(data["device"]["name"]))[:120]
-    print(f"{path}: valid result (schema_version {data['schema_version']}, {len(data['results'])} results, {name})")
+    kind = data.get("kind", "kernels")
+    count = len(data.get("results") or data.get("points") or [])
+    what = "results" if kind != "engine" else "points"
+    print(f"{path}: valid {'' if kind == 'kernels' else kind + ' '}result (schema_version {data['schema_version']}, "
+          f"{count} {what}, {name})")
     return 0
 
 
@@ -360,6 +404,10 @@ def render_table(result: dict) -> str:
              + (f"; other processes kept {d['other_cpus_busy']:.2f} CPUs busy" if d.get("other_cpus_busy") else ""),
              f"peak bound: {d['peak_bandwidth_GBps']:,.0f} GB/s, {d['peak_TFLOPs']:,.1f} TFLOP/s ({d['peak_source']})"]
     # "accuracy" = predicted / measured, as the app's benchmark page shows it (1 = at the roofline).
+    cfg = result.get("config") or {}
+    if cfg.get("model"):
+        lines.append(f"shape: {cfg['scaling']}" if cfg.get("scaling")
+                     else f"shape: {cfg['model']}'s attention shape, not scaled")
     header = ("kernel", "shape", "median", "best", "GB/s", "TFLOP/s", "predicted", "accuracy", "note")
     rows = []
     for r in result["results"]:

@@ -302,6 +302,13 @@ def _writable(path: str) -> bool:
 
 
 def _flat(result: dict) -> list[tuple]:
+    kind = result.get("kind", "kernels")
+    if kind == "collectives":
+        # One row per (op, size): kernel = the op, bytes = the size, achieved_GBps = busbw.
+        return [(i, r["op"], r["dtype"], None, None, None, None, r["median_s"], r["min_s"], r.get("reps"), r["bytes"],
+                 0, r["busbw_GBps"], None, None, None, None) for i, r in enumerate(result["results"])]
+    if kind != "kernels":
+        return []  # engine runs: the whole result is in runs.json
     rows = []
     for i, r in enumerate(result["results"]):
         s = r["shape"]
@@ -325,7 +332,7 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
         if len(label) > MAX_LABEL:
             raise BenchError(f"label is longer than {MAX_LABEL} characters")
         label = label or None
-    data = validate_result(result)
+    data = validate_result(result, kind=None)
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     dev = data["device"]
@@ -336,7 +343,7 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
                 "INSERT INTO runs (saved_at, created, source, label, device_kind, device_name, torch_version, dtype, "
                 "n_results, sha256, json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (_now(), data.get("created"), source, label, dev.get("kind"), dev.get("name"), dev.get("torch_version"),
-                 dev.get("dtype"), len(data["results"]), digest, text))
+                 dev.get("dtype"), len(data.get("results") or data.get("points") or []), digest, text))
             run_id = cur.lastrowid
             if _mid_write_hook is not None:
                 _mid_write_hook()
@@ -352,14 +359,17 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
     return int(run_id)
 
 
-def list_runs(*, path: str | None = None) -> list[dict]:
+def list_runs(*, path: str | None = None, kind: str | None = None) -> list[dict]:
     """Stored runs, newest first: id, saved_at, created, source, label, device_kind,
-    device_name, torch_version, dtype, n_results (no result bodies)."""
+    device_name, torch_version, dtype, n_results, kind ('kernels', 'collectives', 'engine';
+    the result's own field, from the stored JSON) (no result bodies). `kind` keeps only that kind."""
     with _connect(path) as conn:
         cur = conn.execute("SELECT id, saved_at, created, source, label, device_kind, device_name, torch_version, "
-                           "dtype, n_results FROM runs ORDER BY id DESC")
+                           "dtype, n_results, coalesce(json_extract(json, '$.kind'), 'kernels') AS kind "
+                           "FROM runs ORDER BY id DESC")
         cols = [c[0] for c in cur.description]
-        return [dict(zip(cols, row)) for row in cur.fetchall()]
+        rows = [dict(zip(cols, row)) for row in cur.fetchall()]
+    return rows if kind is None else [r for r in rows if r["kind"] == kind]
 
 
 def get_run(run_id: int, *, path: str | None = None) -> dict:

@@ -54,70 +54,156 @@ def is_busy() -> bool:
 # ---------------------------------------------------------------------------------------------
 # Defaults and estimates.
 
+DEFAULT_MODEL = "deepseek-v3"
+# CPU runs are also sized by time: the heaviest decode point (the MLA recompute path, which
+# rebuilds n_h (d_nope + d_v) values per cached token) may cost at most this many flops a call,
+# about a second at the tens of GFLOP/s a few CPU cores reach. GPUs are sized by memory only.
+CPU_POINT_FLOPS = {True: 2e10, False: 1e11}  # quick, full
+
+
 def _defaults(dev: _dev.Device, quick: bool) -> dict:
     if dev.kind == "cpu":
         llc = dev.llc_bytes or 32 * MiB
         stream = min(max(4 * llc, 256 * MiB), 2 * GiB)
-        return dict(heads=16, gqa_groups=8, batches=(1,) if quick else (4,), contexts=(4096,) if quick else (8192,),
+        return dict(batches=(1,) if quick else (4,), contexts=(4096,) if quick else (8192,),
                     stream_bytes=stream - stream % MiB, matmul_n=1024 if quick else 2048, flush_bytes=0,
                     work_bytes=16 * MiB, warmup=1 if quick else 2, reps=25 if quick else 50,
                     min_reps=7 if quick else 10, budget_s=1.0 if quick else 3.0)
     l2 = dev.llc_bytes or 64 * MiB
     flush = max(4 * l2, 256 * MiB)
     if dev.kind == "mps":
-        return dict(heads=128, gqa_groups=8, batches=(2,) if quick else (8,), contexts=(2048,) if quick else (4096,),
+        return dict(batches=(2,) if quick else (8,), contexts=(2048,) if quick else (4096,),
                     stream_bytes=512 * MiB if quick else GiB, matmul_n=2048 if quick else 4096, flush_bytes=flush,
                     work_bytes=512 * MiB, warmup=2, reps=10 if quick else 20, min_reps=3,
                     budget_s=0.5 if quick else 2.0)
-    return dict(heads=128, gqa_groups=8, batches=(8,) if quick else (32,), contexts=(4096,) if quick else (8192,),
+    return dict(batches=(8,) if quick else (32,), contexts=(4096,) if quick else (8192,),
                 stream_bytes=max(GiB if quick else 2 * GiB, 16 * l2), matmul_n=4096 if quick else 8192,
                 flush_bytes=flush, work_bytes=2 * GiB, warmup=2 if quick else 3, reps=10 if quick else 30,
                 min_reps=3, budget_s=0.5 if quick else 2.0)
 
 
-def default_config(device: str = "auto", quick: bool = False, **overrides) -> BenchConfig:
-    """DeepSeek-V3 attention shapes sized to `device` and its free memory.
+def _model(model):
+    from ..spec import ModelSpec
 
-    GPUs: n_h 128 (d_c 512, d_r 64, d_nope 128, d_v 128; MHA/GQA/MQA d_h 128, GQA 8 groups),
-    B 32 x T 8192 (quick: 8 x 4096), 2 GiB bandwidth buffers (or 16x the L2), an L2 flush of
-    max(4x L2, 256 MiB). CPUs: n_h 16, B 4 x T 8192 (quick: 1 x 4096), fp32, bandwidth buffers
-    of 4x the last-level cache within [256 MiB, 2 GiB], no flush. Fields not given in
-    `overrides` shrink until each point fits half the free memory: the decode shapes by context,
-    then batch; the copy buffers, matmul and flush buffer by halves. Raises DeviceUnavailable /
-    BenchError.
+    if model is None:
+        model = DEFAULT_MODEL
+    if isinstance(model, str):
+        from ..presets import load_model
+
+        return load_model(model)
+    if not isinstance(model, ModelSpec):
+        raise BenchError(f"model must be a preset id or a ModelSpec, got {type(model).__name__}")
+    return model
+
+
+def _targets(name: str, value) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    vals = (value,) if isinstance(value, int) and not isinstance(value, bool) else tuple(value)
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise BenchError(f"{name} must be positive whole numbers, got {v!r}")
+    return vals
+
+
+def default_config(device: str = "auto", quick: bool = False, model=None, target_batch=None, target_context=None,
+                   **overrides) -> BenchConfig:
+    """The attention shape of `model` (a preset id or a ModelSpec; default DeepSeek-V3), sized to
+    `device`: `config.model_shapes(model)` (n_h, KV heads, d_h, d_c, d_r, d_nope, d_v) kept exactly,
+    so that every kernel's bytes and flops per token, and hence its arithmetic intensity, are the
+    model's; batch and context start at `target_batch` / `target_context` (the page passes the
+    sidebar's) or the device's defaults (GPUs B 32 x T 8192, quick 8 x 4096; CPUs 4 x 8192,
+    quick 1 x 4096) and are halved, batch first (down to 1), then context (down to 512), until each decode
+    point fits half the free memory and, on a CPU, its heaviest point costs at most
+    CPU_POINT_FLOPS a call. What was scaled, from what, and why, is `config.scaling` (None when
+    nothing was), which the result and the page state. Fields given in `overrides` are used as
+    given (the caller's own shapes are never shrunk: the run refuses or skips what does not fit).
+    Copy/read buffers 4x the CPU cache within [256 MiB, 2 GiB] (GPUs 2 GiB or 16x the L2), the
+    matmul and the L2 flush buffer (max(4x L2, 256 MiB)) shrink by halves to fit too.
+    Raises DeviceUnavailable / BenchError / MLAError (an unknown preset).
     """
+    from .config import DECODE_KERNELS, decode_bytes_flops, model_shapes
+
     kind = _dev.resolve_kind(device)
     dev = _dev.make_device(kind)
+    spec = _model(model)
     base = _defaults(dev, bool(quick))
+    base.update(model_shapes(spec), model=spec.name)
+    tb, tc = _targets("target_batch", target_batch), _targets("target_context", target_context)
+    if tb:
+        base["batches"] = tuple(sorted(set(tb)))
+    if tc:
+        base["contexts"] = tuple(sorted(set(tc)))
+    base.update(target_batches=base["batches"], target_contexts=base["contexts"])
     for k in overrides:
         base.pop(k, None)
     if "reps" in overrides and "min_reps" not in overrides and isinstance(overrides["reps"], int):
         base["min_reps"] = max(1, min(base["min_reps"], overrides["reps"]))
     cfg = coerce_config(BenchConfig(**base), device=device, quick=bool(quick), **overrides)
+    if ("batches" in overrides or "contexts" in overrides) and not (
+            "target_batches" in overrides or "target_contexts" in overrides):
+        cfg = coerce_config(cfg, target_batches=cfg.batches, target_contexts=cfg.contexts)
     dtype = _dev.resolve_dtype(kind, cfg.dtype)
     free = _dev.free_memory_bytes(dev)
-    if free is None:
-        return cfg
-    budget = free // 2
+    budget = None if free is None else free // 2
+    flop_cap = CPU_POINT_FLOPS[bool(quick)] if kind == "cpu" else None
 
     def biggest(kernels) -> int:
         sizes = [p["estimated_bytes"] for p in plan_points(cfg, dtype) if p["kernel"] in kernels]
         return max(sizes, default=0) + cfg.flush_bytes
 
+    def heaviest() -> tuple[float, str]:
+        pts = [(decode_bytes_flops(p["kernel"], p["shape"], dtype)[1], p["kernel"]) for p in plan_points(cfg, dtype)
+               if p["kernel"] in DECODE_KERNELS]
+        return max(pts, default=(0.0, ""))
+
+    why: set[str] = set()
     for _ in range(64):
-        if biggest(SDPA_KERNELS + MLA_KERNELS) <= budget:
+        over_mem = budget is not None and biggest(SDPA_KERNELS + MLA_KERNELS) > budget
+        flops, kernel = heaviest()
+        over_time = flop_cap is not None and flops > flop_cap
+        if not (over_mem or over_time):
             break
-        if "contexts" not in overrides and max(cfg.contexts) > 512:
-            cfg = coerce_config(cfg, contexts=tuple(sorted({max(512, t // 2) for t in cfg.contexts})))
-        elif "batches" not in overrides and max(cfg.batches) > 1:
+        # Batch first: a decode step's cost is per cached token, and a long context is what the
+        # model is for (and what the cache hierarchy sees); then the context, down to 512.
+        if "batches" not in overrides and max(cfg.batches) > 1:
             cfg = coerce_config(cfg, batches=tuple(sorted({max(1, b // 2) for b in cfg.batches})))
+        elif "contexts" not in overrides and max(cfg.contexts) > 512:
+            cfg = coerce_config(cfg, contexts=tuple(sorted({max(512, t // 2) for t in cfg.contexts})))
         else:
             break  # the caller's own shapes: the run refuses or skips them (skip_oversize)
-    for field, kernels, floor in (("stream_bytes", ("copy",), 64 * MiB), ("matmul_n", ("matmul",), 512),
-                                  ("flush_bytes", ("copy",), 64 * MiB)):
-        while field not in overrides and getattr(cfg, field) > floor and biggest(kernels) > budget:
-            cfg = coerce_config(cfg, **{field: getattr(cfg, field) // 2})
-    return cfg
+        why.add(f"half of the {_gib(free)} free memory" if over_mem else
+                f"the CPU time budget of {flop_cap / 1e9:g} GFLOP a call for its heaviest point ({kernel})")
+    if budget is not None:
+        for field, kernels, floor in (("stream_bytes", ("copy",), 64 * MiB), ("matmul_n", ("matmul",), 512),
+                                      ("flush_bytes", ("copy",), 64 * MiB)):
+            while field not in overrides and getattr(cfg, field) > floor and biggest(kernels) > budget:
+                cfg = coerce_config(cfg, **{field: getattr(cfg, field) // 2})
+    if "scaling" in overrides:
+        return cfg
+    return coerce_config(cfg, scaling=scaling_text(cfg, cfg.model or spec.name, sorted(why)))
+
+
+def scaling_text(cfg: BenchConfig, model_name: str, reasons: list[str]) -> str | None:
+    """'<model>'s attention shape (n_h ..., ...) at B=.. T=.. instead of B=.. T=..: context
+    scaled by 1/16 to fit ...' or None when batch and context are the target's."""
+    if cfg.batches == cfg.target_batches and cfg.contexts == cfg.target_contexts:
+        return None
+    parts = []
+    for name, got, want in (("context", cfg.contexts, cfg.target_contexts), ("batch", cfg.batches, cfg.target_batches)):
+        if got != want:
+            parts.append(f"{name} scaled by 1/{max(want) / max(got):g}" if max(got) else name)
+    shape = (f"n_h {cfg.heads}, d_c {cfg.kv_lora_rank}, d_r {cfg.qk_rope_head_dim}, d_nope {cfg.qk_nope_head_dim}, "
+             f"d_v {cfg.v_head_dim}; GQA {cfg.gqa_groups} KV heads, d_h {cfg.head_dim}")
+    text = (f"{model_name}'s attention shape ({shape}) measured at B={_list(cfg.batches)} T={_list(cfg.contexts)} "
+            f"instead of B={_list(cfg.target_batches)} T={_list(cfg.target_contexts)}: {' and '.join(parts)} to fit "
+            f"{' and '.join(reasons) or 'the run settings'}; per-token bytes and flops are the model's, so the roofline "
+            "points keep its arithmetic intensity")
+    return text[:500]
+
+
+def _list(vals) -> str:
+    return ",".join(f"{v:,}" for v in vals)
 
 
 def resolve_config(config=None) -> BenchConfig:
@@ -136,7 +222,15 @@ def resolve_config(config=None) -> BenchConfig:
         raise BenchError(f"quick must be true or false, got {quick!r}")
     if not isinstance(device, str):
         raise BenchError(f"device must be one of auto, cpu, cuda, mps; got {device!r}")
-    return default_config(device, quick, **data)
+    name = data.pop("model", None)  # BenchConfig's `model` names the shape: kept as given, not loaded
+    if name is not None and not isinstance(name, str):
+        raise BenchError(f"model must be text, got {name!r}")
+    cfg = default_config(device, quick, **data)
+    if name is not None and name != cfg.model:
+        cfg = coerce_config(cfg, model=name)
+        if "scaling" not in data:
+            cfg = coerce_config(cfg, scaling=scaling_text(cfg, name, []))
+    return cfg
 
 
 def estimate_bytes(config=None) -> int:
@@ -264,6 +358,10 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
     others = _dev.other_cpus_busy(snap0, _dev.cpu_snapshot())
     info["other_cpus_busy"] = others
     notes = list(out["notes"])
+    if cfg.scaling:
+        notes.insert(0, f"scaled: {cfg.scaling}")
+    elif cfg.model:
+        notes.insert(0, f"{cfg.model}'s attention shape at the batch and context asked for, not scaled")
     cpus = _dev._logical_cpus()
     if kind == "cpu" and others is not None and others > BUSY_CPUS:
         notes.append(f"other processes kept {others:.2f} of the {cpus} CPUs busy during the run: multi-threaded "
