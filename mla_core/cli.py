@@ -245,13 +245,20 @@ def cmd_plan(args) -> dict:
         from .validate import check_real
 
         link = check_real("--link-gbps", args.link_gbps, minimum=0, exclusive_minimum=True, maximum=1e7) * 1e9
+    if args.link_from_run is not None:
+        if link is not None:
+            raise MLAError("give --link-gbps or --link-from-run, not both")
+        from .bench.comm import stored_link_bandwidth
+
+        # A collectives run of the history: all_reduce for TP's terms (the plan uses one link figure).
+        link = stored_link_bandwidth(args.link_from_run).link_bandwidth_Bps
     plan = search(model, gpu, num_gpus=num_gpus, gpus_per_node=args.gpus_per_node, workload=wl,
                   ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, usd_per_gpu_hour=args.usd_per_gpu_hour,
                   weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype,
                   gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
                   link_bandwidth_Bps=link, block_size=args.block_size,
                   tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
-                  ep=args.ep if split_given else None, batch=args.batch)
+                  ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype)
     return plan.to_dict()
 
 
@@ -351,6 +358,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="network per GPU across nodes, Gb/s (default 400)")
         p.add_argument("--link-gbps", type=_real_arg("--link-gbps"),
                        help="measured collective bus bandwidth, GB/s (replaces NVLink and network figures)")
+        p.add_argument("--link-from-run", type=_int_arg("--link-from-run"), metavar="ID",
+                       help="take the link bandwidth from a stored collectives run (`bench history`): "
+                            "its all_reduce bus bandwidth at the largest size")
         p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
                        help="default: fp8 for fp8 checkpoints, else torch_dtype")
         p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,

@@ -74,7 +74,8 @@ class Deployment:
     (kv_cache_dtype), `gpu_memory_utilization` (vLLM's meaning); `internode_gbps` network per
     GPU in Gb/s (1e9 bit/s); `link_bandwidth_Bps` a measured collective bus bandwidth (B/s) that
     replaces the link figures; `block_size` (None: 64 for MLA, 16 otherwise); `reserve_bytes`
-    memory kept back per GPU; `mla_path` the decode path (docs/model.md).
+    memory kept back per GPU; `mla_path` the decode path (docs/model.md); `state_dtype` the
+    recurrent state's dtype (hybrid models).
     """
 
     gpu: GPU
@@ -91,6 +92,7 @@ class Deployment:
     block_size: int | None = None
     reserve_bytes: int = 0
     mla_path: str = "absorbed"
+    state_dtype: str = "auto"  # recurrent state (Mamba, DeltaNet, KDA, lightning); auto = torch_dtype
 
     @property
     def replicas(self) -> int:
@@ -165,8 +167,9 @@ def check_workload(wl: Workload) -> Workload:
 def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     """Raise MLAError (one line) on a deployment that cannot be built; return it."""
     from .roofline import MLA_PATHS
-    from .units import KV_DTYPES, WEIGHT_DTYPES
+    from .units import KV_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
 
+    check_choice("state_dtype", dep.state_dtype, STATE_DTYPES)
     if not isinstance(dep.gpu, GPU):
         raise MLAError("gpu must be a GPU preset or a typed GPU")
     check_int("num_gpus", dep.num_gpus, maximum=MAX_GPUS)
@@ -226,16 +229,56 @@ def _group_capacity(model: ModelSpec, dep: Deployment, context: int) -> dict:
     return capacity(model, context=context, gpu=dep.gpu, num_gpus=dep.tp, tp=dep.tp,
                     dp_attention=dep.dp_attention and dep.tp > 1, weights_dtype=dep.weights_dtype,
                     kv_dtype=dep.kv_dtype, gpu_memory_utilization=dep.gpu_memory_utilization,
-                    block_size=dep.block_size, reserve_bytes=dep.reserve_bytes)
+                    block_size=dep.block_size, reserve_bytes=dep.reserve_bytes, state_dtype=dep.state_dtype)
+
+
+def _streamed_weight_bytes(model: ModelSpec, wdtype: str, tokens: int, tp: int, dp: bool) -> int:
+    """Weight bytes one GPU reads for `tokens` tokens (experts touched; `params.weights_bytes`,
+    so mxfp4 experts are 4.25 bits): TP divides all by tp; DP-attention keeps the attention
+    weights whole and divides the rest."""
+    from .params import expert_and_other_dtypes, routed_params_streamed_per_step, weights_bytes
+    from .units import weight_bytes
+
+    total = weights_bytes(model, wdtype, params=_streamed_params(model, tokens),
+                          routed=routed_params_streamed_per_step(model, tokens))
+    if not dp:
+        return -(-total // tp)
+    _, other = expert_and_other_dtypes(model, wdtype)
+    attn = weight_bytes(_model_params(model)[1], other)
+    return attn + -(-(total - attn) // tp)
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _state_step(model: ModelSpec, batch_gpu: int, state_dtype: str, tp: int, dp: bool) -> tuple[int, int]:
+    """`roofline.recurrent_step` on one GPU: the recurrent layers' state read and written once a
+    step, and their flops (0, 0 without recurrent layers)."""
+    from .roofline import recurrent_step
+
+    return recurrent_step(model, batch_gpu, state_dtype, tp=tp, dp_attention=dp)
 
 
 def draft_step_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_gpu: int) -> dict:
-    """Hook for the MTP / EAGLE draft layers' own bytes and flops a decode step on one GPU.
+    """The MTP / EAGLE draft layers beyond what the step already counts.
 
-    Issue 9 (per-layer caches) gives the draft layers their cache and parameters; until then the
-    draft is free here (0 bytes, 0 flops), which keeps every figure a bound. Returns
-    {'bytes': int, 'flops': float}."""
+    The draft layers are layers of the model (`spec.with_draft_layers`; `plan` adds the model's
+    `num_nextn_predict_layers` itself when speculative tokens are asked for): their cache is read
+    with the rest of the KV and their weights are streamed with the other weights, once a step.
+    A draft proposing k tokens runs k times; the k - 1 further passes are left out so that every
+    figure stays a lower bound on time. Returns {'bytes': 0, 'flops': 0.0}."""
     return {"bytes": 0, "flops": 0.0}
+
+
+def with_mtp_draft(model: ModelSpec, wl: Workload) -> tuple[ModelSpec, str | None]:
+    """The model a speculative workload runs: with `spec_tokens` > 0 and MTP layers in the
+    config (`num_nextn_predict_layers`) but none turned on, they are added (and a note says so)."""
+    if wl.spec_tokens > 0 and not model.draft_layers and model.num_nextn_predict_layers:
+        from .spec import with_draft_layers
+
+        n = model.num_nextn_predict_layers
+        return with_draft_layers(model, n), (f"speculative decoding with the model's {n} MTP draft "
+                                             f"layer{'s' if n != 1 else ''} (num_nextn_predict_layers): "
+                                             "their cache and weights are counted")
+    return model, None
 
 
 @functools.lru_cache(maxsize=1 << 10)
@@ -281,8 +324,6 @@ def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
     (tests/test_serving.py checks it). `draft_step_work` is added for MTP / EAGLE.
     Returns ints/floats: `weights_bytes`, `kv_bytes`, `step_bytes`, `step_flops`,
     `attention_flops`, `batch_gpu`, `peak_flops`."""
-    from .units import weight_bytes
-
     wdtype, k1, tp = _wdtype(model, dep), wl.spec_tokens + 1, dep.tp
     dp = dep.dp_attention and tp > 1
     b_gpu = -(-batch_group // tp) if dp else batch_group
@@ -290,20 +331,21 @@ def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
     kv = one["attention_bytes"] * b_gpu
     attention_flops = one["attention_flops"] * b_gpu * k1
     active, attn_params = _model_params(model)
-    streamed = _streamed_params(model, batch_group * k1)
     tokens = batch_group * k1
+    weights = _streamed_weight_bytes(model, wdtype, tokens, tp, dp)
     if dp:
-        weights = weight_bytes(attn_params, wdtype) + -(-weight_bytes(streamed - attn_params, wdtype) // tp)
         linear = 2.0 * attn_params * b_gpu * k1 + 2.0 * (active - attn_params) * tokens / tp
     else:
-        weights = -(-weight_bytes(streamed, wdtype) // tp)
         linear = 2.0 * active * tokens / tp
+    # Recurrent layers: the state read and written once a step; their flops for every verified token.
+    state_bytes, state_flops = _state_step(model, b_gpu, dep.state_dtype, 1 if dp else tp, dp)
     draft = draft_step_work(model, dep, wl, b_gpu)
     return {
         "weights_bytes": weights,
         "kv_bytes": kv,
-        "step_bytes": weights + kv + draft["bytes"],
-        "step_flops": linear + attention_flops + draft["flops"],
+        "state_bytes": state_bytes,
+        "step_bytes": weights + kv + state_bytes + draft["bytes"],
+        "step_flops": linear + attention_flops + state_flops * k1 + draft["flops"],
         "attention_flops": attention_flops,
         "batch_gpu": b_gpu,
         "peak_flops": dep.gpu.peak_flops(wdtype),
@@ -332,9 +374,8 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     Returns `new_tokens`, `attention_pairs`, `flops`, `attention_flops`, `flops_gpu`,
     `bytes_gpu`, `weights_bytes_gpu`, `kv_bytes_gpu` (floats / ints)."""
     from .kv import kv_cache_bytes
-    from .params import active_params_per_token, attention_side_params, params_streamed_per_step
+    from .params import active_params_per_token, attention_side_params
     from .roofline import attention_flops_per_token_layer
-    from .units import weight_bytes
 
     wdtype, tp = _wdtype(model, dep), dep.tp
     p = wl.new_prefill_tokens
@@ -343,21 +384,23 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     per_pair = attention_flops_per_token_layer(model, "expanded" if model.is_mla else "absorbed")
     attention = float(pairs) * per_pair
     active = active_params_per_token(model)
-    streamed = params_streamed_per_step(model, p)
     dp = dep.dp_attention and tp > 1
+    weights = _streamed_weight_bytes(model, wdtype, p, tp, dp)
+    # Recurrent layers run their recurrence over the P new tokens and write the state once.
+    state_bytes, state_flops_one = _state_step(model, 1, dep.state_dtype, 1 if dp else tp, dp)
+    state_flops = state_flops_one * p
     if dp:
         attn = attention_side_params(model)
-        flops_gpu = attention + 2.0 * attn * p + 2.0 * (active - attn) * p / tp
-        weights = weight_bytes(attn, wdtype) + -(-weight_bytes(streamed - attn, wdtype) // tp)
+        flops_gpu = attention + state_flops + 2.0 * attn * p + 2.0 * (active - attn) * p / tp
         kv = kv_cache_bytes(model, wl.input_len, 1, dep.kv_dtype, tp=1, dp_attention=True)
     else:
-        flops_gpu = (attention + 2.0 * active * p) / tp
-        weights = -(-weight_bytes(streamed, wdtype) // tp)
+        flops_gpu = (attention + 2.0 * active * p) / tp + state_flops
         kv = kv_cache_bytes(model, wl.input_len, 1, dep.kv_dtype, tp=tp)
+    kv += state_bytes // 2  # written once (recurrent_step counts a read and a write)
     return {
         "new_tokens": p,
         "attention_pairs": pairs,
-        "flops": attention + 2.0 * active * p,
+        "flops": attention + 2.0 * active * p + state_flops * (1 if dp else tp),
         "attention_flops": attention,
         "flops_gpu": flops_gpu,
         "weights_bytes_gpu": weights,
@@ -621,8 +664,9 @@ def evaluate(model: ModelSpec, dep: Deployment, wl: Workload, batch: int, *,
     cap is evaluated all the same, with `fits` False.
     Raises MLAError on bad input (0 GPUs, tp not dividing num_gpus, ep larger than the experts,
     acceptance outside [0, 1), a negative price, ...)."""
-    check_deployment(model, dep)
     check_workload(wl)
+    model, _ = with_mtp_draft(model, wl)
+    check_deployment(model, dep)
     check_int("batch", batch, maximum=MAX_BATCH)
     _check_price(usd_per_gpu_hour)
     slo = _slo(ttft_ms, tpot_ms)
@@ -756,7 +800,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
            internode_gbps: float = 400.0, link_bandwidth_Bps: float | None = None, block_size: int | None = None,
            reserve_bytes: int = 0, mla_path: str = "absorbed", tp: int | None = None,
            dp_attention: bool | None = None, ep: int | None = None, batch: int | None = None,
-           model_path: str | None = None) -> Plan:
+           model_path: str | None = None, state_dtype: str = "auto") -> Plan:
     """Search every split of `num_gpus` (or the one given by `tp` / `dp_attention` / `ep`) at
     batches of powers of two per group up to the memory cap (or the one `batch` of the whole
     deployment), and pick the best point meeting `ttft_ms` and `tpot_ms` (see `Plan`).
@@ -768,10 +812,14 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     slo = _slo(ttft_ms, tpot_ms)
     if batch is not None:
         check_int("batch", batch, maximum=MAX_BATCH)
+    from .kv import resolve_state_dtype
+
+    resolve_state_dtype(model, state_dtype)
+    model, draft_note = with_mtp_draft(model, workload)
     base = Deployment(gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpus_per_node, tp=1, weights_dtype=weights_dtype,
                       kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization, internode_gbps=internode_gbps,
                       link_bandwidth_Bps=link_bandwidth_Bps, block_size=block_size, reserve_bytes=reserve_bytes,
-                      mla_path=mla_path)
+                      mla_path=mla_path, state_dtype=state_dtype)
     if tp is not None or dp_attention is not None or ep is not None:
         t = tp if tp is not None else num_gpus
         chosen = [(t, bool(dp_attention), ep if ep is not None else 1)]
@@ -800,7 +848,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     candidates = [s.best for s in summaries if s.best is not None]
     best = max(candidates, key=_rank, default=None)
     feasible = [p for p in points if p.fits or batch is not None]
-    notes = []
+    notes = [draft_note] if draft_note else []
     if best is None:
         notes.append("no split meets the SLOs" if candidates == [] and any(s.max_batch for s in summaries)
                      else "no split holds the model and one request")

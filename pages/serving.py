@@ -13,6 +13,7 @@ from mla_core.errors import MLAError
 from mla_core.serving import Workload, search
 from mla_core.units import WEIGHT_DTYPES, format_count, format_seconds
 from ui import charts, models, state
+from ui.collectives import LINK_KEY
 from ui.text import escape_md
 
 v = state.values()
@@ -55,6 +56,14 @@ with st.expander("Deployment, workload and objectives", expanded=not present):
     st.number_input("Your price of one GPU hour, $ (0: none; no price is built in)", 0.0, 1e6, step=0.1,
                     key="usd_per_gpu_hour")
 
+# A collectives run picked on the Benchmark page replaces the datasheet link figures (this session only).
+measured_link = st.session_state.get(LINK_KEY)
+link_Bps = None
+if measured_link:
+    if st.toggle(f"Use the measured link: {measured_link['link_bandwidth_Bps'] / 1e9:,.2f} GB/s bus bandwidth",
+                 key="_use_measured_link", value=True, help=escape_md(measured_link.get("source", ""), 300)):
+        link_Bps = measured_link["link_bandwidth_Bps"]
+
 acceptance = v["acceptance"] if v["spec_tokens"] else 0.0
 if v["acceptance"] and not v["spec_tokens"]:
     st.info("An acceptance rate needs speculative tokens (k >= 1); it is ignored.")
@@ -64,7 +73,8 @@ try:
                   ttft_ms=v["ttft_ms"] or None, tpot_ms=v["tpot_ms"] or None,
                   usd_per_gpu_hour=v["usd_per_gpu_hour"] or None,
                   weights_dtype=None if v["weights_dtype"] == "auto" else v["weights_dtype"], kv_dtype=kv_dtype,
-                  gpu_memory_utilization=v["gpu_memory_utilization"], internode_gbps=v["internode_gbps"])
+                  gpu_memory_utilization=v["gpu_memory_utilization"], internode_gbps=v["internode_gbps"],
+                  link_bandwidth_Bps=link_Bps)
 except MLAError as e:
     st.error(escape_md(f"No plan: {e}", 400))
     st.stop()

@@ -65,3 +65,22 @@ def test_bad_link_values_fall_back_with_a_warning():
     no_exceptions(at)
     assert "input_len" in shown(at.warning) and "tpot_ms" in shown(at.warning)
     assert metric(at, "Best split")
+
+
+def test_a_measured_link_from_the_benchmark_page_replaces_the_datasheet():
+    # ui.collectives keeps the picked collectives run's bus bandwidth in the session; the page uses it.
+    from apptest_util import app
+    from ui.collectives import LINK_KEY
+
+    at = app(model="llama-3.1-70b", gpu="h100-sxm", num_gpus="8", gpus_per_node="8", input_len="4096",
+             output_len="1024", ttft_ms="0", tpot_ms="0").run()
+    at.switch_page(PAGE)
+    at.session_state[LINK_KEY] = {"link_bandwidth_Bps": 0.5e9, "source": "measured all_reduce busbw (test)"}
+    at.run()
+    no_exceptions(at)
+    assert any(t.label.startswith("Use the measured link: 0.50 GB/s") for t in at.toggle)
+    kw = dict(num_gpus=8, gpus_per_node=8, workload=Workload(4096, 1024))
+    measured = search(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), link_bandwidth_Bps=0.5e9, **kw)
+    datasheet = search(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), **kw)
+    assert metric(at, "TPOT, lower bound") == format_seconds(measured.best.tpot_s)
+    assert measured.best.split != datasheet.best.split or measured.best.tpot_s > datasheet.best.tpot_s

@@ -168,3 +168,21 @@ def test_a_kernel_page_refuses_a_collectives_result(gloo_run):
                        capture_output=True, text=True, timeout=120)
     n = 4 * len(comm.parse_sizes("4K..256K"))
     assert p.returncode == 0 and "valid collectives result" in p.stdout and f"{n} results" in p.stdout
+
+
+def test_plan_takes_the_link_from_a_stored_collectives_run(gloo_run):
+    # The serving model's communication terms use the measured bus bandwidth when asked.
+    _p, _out, env = gloo_run
+    argv = [sys.executable, "-m", "mla_core", "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm",
+            "--num-gpus", "8", "--tp", "8", "--batch", "16", "--input-len", "2048", "--output-len", "512", "--json"]
+    datasheet = json.loads(subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True).stdout)
+    p = subprocess.run([*argv, "--link-from-run", "1"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    measured = json.loads(p.stdout)
+    link = comm.stored_link_bandwidth(1, path=env["MLA_EXPLORER_HISTORY"])
+    # gloo on one CPU is far slower than NVLink: the same point becomes communication bound.
+    assert measured["bound"] == "communication" and measured["tpot_s"] > datasheet["tpot_s"]
+    best = measured["best"]
+    assert best["communication_time_s"] == pytest.approx(best["communication_bytes_per_gpu"] / link.link_bandwidth_Bps)
+    bad = subprocess.run([*argv, "--link-from-run", "99"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -311,3 +311,52 @@ def test_evaluate_bad_input_raises_one_line(kwargs, wl):
         evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=8, usd_per_gpu_hour=-1.0)
     with pytest.raises(MLAError):
         evaluate(load_model("llama-3.1-8b"), Deployment(gpu=H200, num_gpus=2, tp=2, ep=2), WL, batch=8)
+
+
+# --- per-layer caches in the plan (issue 9 meets issue 10) ------------------------------------------
+
+def test_plan_reads_and_writes_a_hybrids_state():
+    from mla_core.kv import state_bytes_per_sequence
+    from mla_core.serving import decode_work
+
+    m = load_model("qwen3-next-80b-a3b")
+    dep = Deployment(gpu=load_gpu("h200"), num_gpus=2, tp=2)
+    wl = Workload(input_len=4096, output_len=1024)
+    w = decode_work(m, dep, wl, 8)
+    assert w["state_bytes"] == 2 * 8 * state_bytes_per_sequence(m, tp=2) == 2 * 8 * 36 * 548_864
+    assert w["step_bytes"] == w["weights_bytes"] + w["kv_bytes"] + w["state_bytes"]
+    # The memory cap counts each request's state: capacity's request bytes include it.
+    p = evaluate(m, dep, wl, 8)
+    assert p.fits
+
+
+def test_speculative_tokens_bring_the_models_mtp_layers():
+    m = load_model("deepseek-v3")
+    wl = Workload(input_len=4096, output_len=1024, spec_tokens=1, acceptance=0.8)
+    plan = search(m, load_gpu("h200"), num_gpus=8, workload=wl, tp=8, batch=8)
+    assert any("MTP draft" in n for n in plan.notes)
+    plain = search(m, load_gpu("h200"), num_gpus=8, workload=Workload(input_len=4096, output_len=1024), tp=8, batch=8)
+    assert not any("MTP draft" in n for n in plain.notes)
+
+
+def test_mxfp4_experts_are_costed_at_4_25_bits_in_the_plan():
+    from mla_core.serving import decode_work
+
+    m = load_model("gpt-oss-120b")
+    dep = Deployment(gpu=load_gpu("h100-sxm"), num_gpus=1, tp=1)
+    p = evaluate(m, dep, Workload(input_len=1024, output_len=256), 1)
+    assert p.fits  # 60.7 GiB of weights on one 80 GB H100 (vllm#33155 loads it in 64.38 GiB)
+    bf16 = decode_work(m, Deployment(gpu=load_gpu("h100-sxm"), weights_dtype="bf16"), Workload(1024, 256), 1)
+    mx = decode_work(m, dep, Workload(1024, 256), 1)
+    from mla_core.params import params_streamed_per_step, routed_params_streamed_per_step
+
+    routed, streamed = routed_params_streamed_per_step(m, 1), params_streamed_per_step(m, 1)
+    assert routed == 4 * 36 * 24_891_840  # top-4 of 128 experts in 36 layers at batch 1
+    assert mx["weights_bytes"] == -(-routed * 17 // 32) + 2 * (streamed - routed)
+    assert bf16["weights_bytes"] == 2 * streamed
+
+
+def test_bad_state_dtype_is_one_line():
+    with pytest.raises(MLAError, match="state_dtype"):
+        evaluate(load_model("qwen3-next-80b-a3b"), Deployment(gpu=load_gpu("h200"), state_dtype="int4"),
+                 Workload(1024, 256), 1)
