@@ -217,3 +217,26 @@ else:
         for r in acc["rows"]:
             st.markdown(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
                         f"  _{escape_md(r['assumptions'], 600)}_")
+
+
+# --- accuracy against the user's own engine runs (imported on the Benchmark page) -------------------
+st.markdown("**Your engine runs** (imported on the Benchmark page or with `python -m mla_core bench import`): "
+            "each measured TTFT, TPOT and throughput against the plan for the same setting.")
+try:
+    from mla_core.bench.engines import accuracy as engine_accuracy
+
+    engine_rows = [{
+        "run": c.settings.get("run_label") or f"{c.engine} {c.format}", "model": c.model, "GPU": c.gpu,
+        "split": p.deployment.get("split", ""), "batch": p.workload.get("batch"),
+        "metric": m.name, "measured": m.measured, "predicted (bound)": m.predicted, "error (%)": m.error_pct,
+        "modelling error": "YES" if m.beats_bound else "",
+    } for c in engine_accuracy() for p in c.points for m in p.metrics]
+except MLAError as e:
+    st.error(escape_md(f"Engine runs could not be read: {e}", 400))
+else:
+    if engine_rows:
+        st.dataframe(pd.DataFrame(engine_rows), hide_index=True,
+                     column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
+    else:
+        st.info("No engine run imported yet: import a `vllm bench serve --save-result` JSON or an SGLang "
+                "bench_serving / bench_one_batch file on the Benchmark page.")

@@ -109,3 +109,16 @@ def test_a_shown_result_states_its_scaling():
     at.selectbox(key="_bench_show").set_value(f"run:{run_id}").run()
     no_exceptions(at)
     assert plain(f"Shape: {cfg.scaling}.") in shown(at.info)
+
+
+def test_imported_engine_runs_join_the_accuracy_section():
+    r = engines.load_engine_file((FIX / "vllm_serve_dsv3_h200_tp8.json").read_bytes(), "vllm.json")
+    history.save_run(r, source="import", label="vllm dsv3")
+    at = run_page("pages/claims.py")
+    no_exceptions(at)
+    table = next(df.value for df in at.dataframe if "modelling error" in df.value.columns)
+    (cmp,) = engines.accuracy()
+    want = [m for p in cmp.points for m in p.metrics]
+    assert list(table["metric"]) == [m.name for m in want]
+    assert list(table["error (%)"]) == pytest.approx([m.error_pct for m in want])
+    assert "YES" not in list(table["modelling error"])
