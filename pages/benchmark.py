@@ -11,7 +11,6 @@ import sys
 import uuid
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.bench import history, report
@@ -20,6 +19,7 @@ from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_count, format_intensity, format_rate, format_seconds
 from ui import bench_runs, charts, measured, state
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import escape_md
 
 GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per TFLOP/s, bytes per MiB

@@ -1,6 +1,5 @@
 """KV cache: the chosen model's cache, and the same width costed as MHA, GQA, MQA and MLA."""
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.config import loads_config, parse_config
@@ -9,6 +8,7 @@ from mla_core.kv import (compare_variants, default_gqa_groups, gqa_group_choices
 from mla_core.sweeps import kv_cache_bytes_vs_context, log_contexts
 from mla_core.units import GiB, format_bytes, format_tokens
 from ui import charts, models, params, state, text
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import escape_md
 
 v = state.values()
