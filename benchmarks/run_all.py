@@ -39,6 +39,11 @@ def sections(tiny: bool):
     if memory is not None:
         out.append(("4. Memory of the app server", lambda: memory.run(tiny=tiny)))
     out.append(("5. The microbenchmark against this machine's limits", lambda: microbench.run(tiny=tiny)))
+    import served
+
+    port = int(os.environ["MLA_SERVED_PORT"]) if os.environ.get("MLA_SERVED_PORT") else None
+    out.append(("6. Served speed (the real server, driven over Streamlit's websocket protocol)",
+                lambda: served.run(tiny=tiny, port=port)))
     return out
 
 

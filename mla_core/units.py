@@ -7,6 +7,8 @@ TB/s = 1e12 B/s, TFLOP/s = 1e12 flop/s) as vendors print them; token counts read
 """
 from __future__ import annotations
 
+import functools
+
 from .errors import MLAError
 
 GiB = 2**30
@@ -95,6 +97,7 @@ def _three_sig(x: float) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=8192, typed=True)  # charts format the same sweep points on every rerun
 def format_bytes(n: int | float) -> str:
     """Bytes in IEC binary units with three significant figures: 70272 -> '68.6 KiB'.
 
@@ -134,6 +137,7 @@ def _big(n: int, unit: int) -> str:
     return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
+@functools.lru_cache(maxsize=8192, typed=True)  # charts format the same sweep points on every rerun
 def format_count(n: int | float) -> str:
     """A count in decimal units with up to three significant figures: 1_500_000 -> '1.5M'.
 
@@ -153,6 +157,7 @@ def format_count(n: int | float) -> str:
     return f"{sign}{x:.3g}"
 
 
+@functools.lru_cache(maxsize=8192, typed=True)  # charts format the same sweep points on every rerun
 def format_tokens(n: int | float) -> str:
     """A token count: 1_500_000 -> '1.5M tokens', 131072 -> '131K tokens', 1 -> '1 token'."""
     return f"{format_count(n)} {'token' if n == 1 else 'tokens'}"

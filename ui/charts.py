@@ -116,11 +116,52 @@ class Figure:
 
     def to_plotly(self):
         """One plotly go.Figure of this figure (validated when `validating()`)."""
-        import plotly.graph_objects as pgo
-
         if validating():
+            import plotly.graph_objects as pgo
+
             return pgo.Figure(self.to_dict())
-        return pgo.Figure(self.to_dict(), _validate=False)
+        return _ready(self.to_dict())
+
+
+_READY = None
+
+
+def _ready(spec: dict):
+    """A plotly Figure standing for `spec` as it is: st.plotly_chart takes a Figure's to_dict()
+    (which otherwise deep-copies every array: 90 ms for the KV chart) and serialises that."""
+    global _READY
+    if _READY is None:
+        import plotly.graph_objects as pgo
+        from _plotly_utils.utils import convert_to_base64
+
+        class Ready(pgo.Figure):
+            def __init__(self, spec: dict):  # noqa: D107 - no validation, no copy: built fresh each run
+                self._spec = spec
+
+            def to_dict(self) -> dict:
+                convert_to_base64(self._spec)  # what plotly's own to_dict does to numpy arrays
+                return self._spec
+
+            def to_plotly_json(self) -> dict:
+                return self.to_dict()
+
+        _READY = Ready
+    layout = spec["layout"]
+    if "template" not in layout:  # go.Figure() adds the default template (Streamlit's, once imported)
+        layout["template"] = _default_template()
+    return _READY(spec)
+
+
+_TEMPLATES: dict = {}
+
+
+def _default_template() -> dict:
+    import plotly.io as pio
+
+    name = pio.templates.default
+    if name not in _TEMPLATES:
+        _TEMPLATES[name] = pio.templates[name].to_plotly_json() if name else {}
+    return _TEMPLATES[name]
 
 
 def _trace(kind: str):
