@@ -8,7 +8,12 @@ rendering, so the figures are the server's): it opens a page, then changes the s
 (and moves each slider the page has) and times each rerun from sending the `rerun_script`
 BackMsg to the `script_finished` ForwardMsg. One session alone, then 5 sessions changing at
 once. Reported: p50 / p95 per page, and each page's p50 as a ratio of the trivial app's
-measured in the same run (goal: within 1.5x; 5 concurrent sessions' p50 under 1 s).
+measured in the same run (goal: within 1.5x; 5 concurrent sessions' p50 under 1 s). The same
+trivial app under plain `streamlit run` is measured too (`stock_...`): Streamlit's own listener
+leaves Nagle's algorithm on, which adds ~40 ms of delayed-ACK wait to each rerun (ui/serve.py
+turns it off for the explorer and our trivial app alike). Last, 10 benchmark runs are started
+from the Benchmark page one after another (Set up, Run, wait until saved), and the server's
+resident memory is read after each (goal: under 400 MiB after 10).
 
     .venv/bin/python benchmarks/served.py [--tiny] [--rounds N] [--port P] [--out FILE]
 
@@ -104,8 +109,9 @@ class Session:
     def __init__(self, port: int, path: str, query: str = ""):
         from websockets.sync.client import connect
 
-        self.ws = connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"], max_size=None,
-                          open_timeout=60, compression=None)
+        self._cm = connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"], max_size=None,
+                           open_timeout=60, compression=None)
+        self.ws = self._cm.__enter__()
         # As browsers do: without TCP_NODELAY a frame written in two parts waits ~40 ms for the
         # server's delayed ACK (Nagle), and every rerun would measure that instead of the server.
         self.ws.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -116,7 +122,7 @@ class Session:
         self.errors: list[str] = []
 
     def close(self) -> None:
-        self.ws.close()
+        self._cm.__exit__(None, None, None)
 
     def rerun(self, states: list | None = None, timeout_s: float = 120) -> float:
         """Send a rerun with `states` (WidgetState protos); seconds until script_finished."""
@@ -255,7 +261,64 @@ def measure_page(port: int, path: str, rounds: int, concurrent: int) -> dict:
     return {"one": times, "by_kind": by_kind, "concurrent": conc, "errors": errors}
 
 
-def run(tiny: bool = False, rounds: int | None = None, port: int | None = None) -> list[dict]:
+def _drain(sess: Session, seconds: float) -> None:
+    """Read what the server pushes (the run panel's fragment reruns) for `seconds`."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            fm = ForwardMsg.FromString(sess.ws.recv(timeout=left))
+        except TimeoutError:
+            return
+        if fm.WhichOneof("type") == "delta" and fm.delta.WhichOneof("type") == "new_element":
+            el = fm.delta.new_element
+            etype = el.WhichOneof("type")
+            inner = getattr(el, etype) if etype else None
+            if inner is not None and hasattr(inner, "id") and hasattr(inner, "label") and inner.id:
+                sess.widgets[(etype, inner.label)] = inner
+
+
+def benchmark_runs_rss(server: Server, history_path: str, runs: int, tiny: bool) -> dict:
+    """Start `runs` benchmark runs one after another from the Benchmark page, as a user clicks
+    (Set up, then Run, waiting for each to be saved); the server's RSS after each."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+    from mla_core.bench import history
+
+    def saved() -> int:
+        return len(history.list_runs(path=history_path)) if os.path.exists(history_path) else 0
+
+    sess = Session(server.port, "/measure", QUERY)
+    rss, seconds = [], []
+    try:
+        sess.rerun()
+        sess.rerun([WidgetState(id=sess.widgets[("button", "Set up a run on this machine")].id, trigger_value=True)])
+        settings = []
+        if tiny:
+            settings = [sess.number("Bandwidth buffer (MiB)", 16), sess.number("Context T (tokens per sequence)", 256)]
+            sess.rerun(settings)
+        for i in range(runs):
+            before, t0 = saved(), time.monotonic()
+            run = sess.widgets[("button", "Run the benchmark")]
+            sess.rerun([WidgetState(id=run.id, trigger_value=True)])
+            while saved() == before:
+                if time.monotonic() - t0 > 600:
+                    raise RuntimeError(f"benchmark run {i + 1} did not finish within 10 minutes")
+                _drain(sess, 1.0)
+            seconds.append(time.monotonic() - t0)
+            _drain(sess, 1.5)  # the page takes the finished run
+            sess.rerun()
+            rss.append(round(server.rss_mib(), 1))
+    finally:
+        sess.close()
+    return {"rss_MiB": rss, "run_s": [round(x, 1) for x in seconds], "saved": saved()}
+
+
+def run(tiny: bool = False, rounds: int | None = None, port: int | None = None, bench_runs: int | None = None) -> list[dict]:
     rounds = rounds or (3 if tiny else 24)
     concurrent = 2 if tiny else CONCURRENT
     pages = {"kv_cache": "/", "capacity": "/concurrency"} if tiny else PAGES
@@ -269,12 +332,22 @@ def run(tiny: bool = False, rounds: int | None = None, port: int | None = None) 
         base = measure_page(trivial_port, "/", rounds, concurrent)
     finally:
         trivial.stop()
+    # Stock `streamlit run` of the same trivial app (no TCP_NODELAY: ~40 ms of delayed-ACK wait per
+    # rerun): the floor the issue measured against, reported beside ours.
+    stock = Server(trivial_port, TRIVIAL, env, os.path.join(tmp, "stock.log"), stock=True)
+    try:
+        stock_one = measure_page(trivial_port, "/", rounds, 1 if tiny else concurrent)
+    finally:
+        stock.stop()
+    s50 = _pct(stock_one["one"], 50)
     b50, b95 = _pct(base["one"], 50), _pct(base["one"], 95)
     c50 = _pct(base["concurrent"], 50)
     out.append(result("served_rerun_trivial_app_ms", b50 * 1e3, "ms", p95_ms=round(b95 * 1e3, 1),
                       concurrent_p50_ms=round(c50 * 1e3, 1),
                       concurrent_p95_ms=round(_pct(base["concurrent"], 95) * 1e3, 1),
-                      sessions=concurrent, reruns=len(base["one"])))
+                      sessions=concurrent, reruns=len(base["one"]),
+                      stock_streamlit_run_p50_ms=round(s50 * 1e3, 1),
+                      stock_concurrent_p50_ms=round(_pct(stock_one["concurrent"], 50) * 1e3, 1)))
     app = Server(app_port, None, env, os.path.join(tmp, "app.log"))
     try:
         for name, path in pages.items():
@@ -285,12 +358,20 @@ def run(tiny: bool = False, rounds: int | None = None, port: int | None = None) 
             out.append(result(f"served_rerun_{name}_vs_trivial", p50 / b50, "x", goal=f"<= {SPEED_GOAL}",
                               met=p50 / b50 <= SPEED_GOAL and not m["errors"], p50_ms=round(p50 * 1e3, 1),
                               p95_ms=round(p95 * 1e3, 1), p95_vs_trivial=round(p95 / b95, 2),
+                              vs_stock_trivial=round(p50 / s50, 2),
                               median_ms_by_change=kinds, errors=m["errors"][:3]))
             out.append(result(f"served_rerun_{name}_{concurrent}_sessions_p50_s", cp50, "s",
                               goal=f"< {CONCURRENT_GOAL_S:g}", met=cp50 < CONCURRENT_GOAL_S,
                               p95_s=round(cp95, 3), vs_trivial=round(cp50 / c50, 2), reruns=len(m["concurrent"])))
         out.append(result("served_app_rss_after_pages_MiB", app.rss_mib(), "MiB", goal="< 400",
                           met=app.rss_mib() < 400))
+        n = bench_runs if bench_runs is not None else (1 if tiny else 10)
+        if n:
+            b = benchmark_runs_rss(app, env["MLA_EXPLORER_HISTORY"], n, tiny)
+            out.append(result(f"served_app_rss_after_{n}_benchmark_runs_MiB", b["rss_MiB"][-1], "MiB", goal="< 400",
+                              met=b["rss_MiB"][-1] < 400 and b["saved"] == n, rss_after_each_MiB=b["rss_MiB"],
+                              run_s=b["run_s"], runs_saved=b["saved"],
+                              settings="16 MiB buffers, T 256" if tiny else "the page's quick CPU defaults"))
     finally:
         app.stop()
     return out
@@ -301,6 +382,8 @@ if __name__ == "__main__":
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--port", type=int, help="the app's port; the trivial app gets PORT+1 (default: free ports)")
+    ap.add_argument("--bench-runs", type=int, help="benchmark runs from the page before the RSS reading "
+                                                   "(default 10; --tiny: 1)")
     ap.add_argument("--out")
     a = ap.parse_args()
-    dump(run(a.tiny, a.rounds, a.port), a.out)
+    dump(run(a.tiny, a.rounds, a.port, a.bench_runs), a.out)

@@ -10,13 +10,11 @@
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import socket
 import sqlite3
 import threading
-import time
 import tomllib
 
 import pytest

@@ -24,6 +24,7 @@ torch is imported by the worker thread only (through mla_core.bench.run).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from typing import Any
@@ -228,6 +229,9 @@ class Registry:
             self._set(job, state="failed", error=_one_line(f"the benchmark failed: {type(e).__name__}: {e}"))
         finally:
             self._set(job, finished_at=time.time())
+            release = getattr(sys.modules.get("mla_core.bench.run"), "_release_heap", None)
+            if release is not None:
+                release()  # what saving and the run's thread left behind, back to the OS
 
 
 _REGISTRY = Registry()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -277,6 +278,7 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
     finally:
         gc.collect()
         _dev.empty_cache(dev)
+        _release_heap()
         if old_threads is not None:
             torch.set_num_threads(old_threads)
     if failure is not None:
@@ -322,6 +324,20 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
         "notes": notes,
         "disturbed": disturbed,
     }
+
+
+def _release_heap() -> None:
+    """Hand the run's freed heap back to the operating system. glibc keeps freed blocks in the
+    arena of the thread that used them (each app run has its own thread) until malloc_trim: an
+    app server otherwise grew by 25-80 MiB over 10 runs (benchmarks/served.py). No-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        pass
 
 
 def _classify(e: BaseException):
