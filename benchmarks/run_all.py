@@ -41,6 +41,11 @@ def sections(tiny: bool):
         out.append(("4. Memory of the app server", lambda: memory.run(tiny=tiny)))
     out.append(("5. The microbenchmark against this machine's limits", lambda: microbench.run(tiny=tiny)))
     out.append(("6. Serving plan search", lambda: serving_search.run(max_gpus=8 if tiny else 64, repeat=1 if tiny else 5)))
+    import served
+
+    port = int(os.environ["MLA_SERVED_PORT"]) if os.environ.get("MLA_SERVED_PORT") else None
+    out.append(("7. Served speed (the real server, driven over Streamlit's websocket protocol)",
+                lambda: served.run(tiny=tiny, port=port)))
     return out
 
 

@@ -17,6 +17,8 @@ short form ("131,072 tokens (128K)", `format_tokens_exact`). Token rates are wri
 """
 from __future__ import annotations
 
+import functools
+
 from .errors import MLAError
 
 GiB = 2**30
@@ -110,6 +112,7 @@ def _three_sig(x: float) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=8192, typed=True)  # charts format the same sweep points on every rerun
 def format_bytes(n: int | float) -> str:
     """Bytes in IEC binary units with three significant figures: 70272 -> '68.6 KiB'.
 
@@ -149,6 +152,7 @@ def _big(n: int, unit: int) -> str:
     return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
+@functools.lru_cache(maxsize=8192, typed=True)  # charts format the same sweep points on every rerun
 def format_count(n: int | float) -> str:
     """A count in decimal units with up to three significant figures: 1_500_000 -> '1.5M'.
 
@@ -213,6 +217,7 @@ def token_label(n: int | float) -> str:
     return f"{round(n):,}"
 
 
+@functools.lru_cache(maxsize=8192, typed=True)  # charts format the same sweep points on every rerun
 def format_tokens(n: int | float) -> str:
     """A token count with its unit: 131072 -> '128K tokens', 1490752 -> '1,490,752 tokens',
     1000000 -> '1,000,000 tokens', 1 -> '1 token' (rule: module docstring)."""

@@ -11,15 +11,15 @@ import sys
 import uuid
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from mla_core.bench import history, report
+from mla_core.bench import history, report, runlock
 from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS, MAX_REPS
 from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_count, format_intensity, format_rate, format_seconds
 from ui import bench_model, bench_runs, charts, measured, state
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import display_path, escape_md, hide_paths
 
 GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per TFLOP/s, bytes per MiB
@@ -71,8 +71,38 @@ def _api_busy() -> bool:
 
 
 def _notices() -> None:
-    for text in history.pop_notices():
-        _say("history", "warning", f"History: {text}")
+    """In-process notices are dropped here: the store keeps them for every session (_history_status)."""
+    history.pop_notices()
+
+
+def _ack(fn, ident: int) -> None:
+    try:
+        fn(ident)
+    except MLAError as e:
+        _say("history", "error", f"History: {e}")
+
+
+def _history_status() -> None:
+    """What the store must tell every session until someone acknowledges it: a corrupt store moved
+    aside, a run cut short by a server that died; and that a read-only store saves nothing."""
+    try:
+        for n in history.notices():
+            st.warning(escape_md(f"History: {n['text']}", 600))
+            if n["id"] is not None:
+                st.button("Understood", key=f"_bench_ack_notice_{n['id']}", on_click=_ack,
+                          args=(history.acknowledge_notice, n["id"]))
+        for r in history.interrupted_runs():
+            st.warning(escape_md(f"A benchmark started {r['started_at']} ({r['source']}, pid {r['pid']}: {r['what']}) "
+                                 "never finished: its process stopped during the run (a server that was killed or "
+                                 "died). Nothing of it was saved.", 600))
+            st.button("Understood", key=f"_bench_ack_run_{r['id']}", on_click=_ack,
+                      args=(history.acknowledge_interrupted, r["id"]))
+        if os.path.exists(history.default_path()) and not history.writable():
+            st.warning(escape_md(f"The history store {history.default_path()} is read-only: its runs are shown, but "
+                                 f"new runs and imports cannot be saved (set {history.ENV_VAR} to a writable path).",
+                                 600))
+    except MLAError as e:
+        st.error(escape_md(f"History: {e}", 600))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -202,7 +232,7 @@ def _start() -> None:
                            f"device's free memory ({format_bytes(check['limit_bytes'])} of {format_bytes(free)}); "
                            "lower the batch, context or heads")
         label = " ".join(str(ss.get("_bench_label") or "").split())[:200] or None
-        reg.start(owner, cfg, label)
+        reg.start(owner, cfg, label, session=state.session_id())
     except MLAError as e:
         _say("run", "error", str(e))
 
@@ -211,7 +241,10 @@ def _run_panel(polling: bool) -> None:
     """Progress of this session's run, or of another session's; re-drawn every POLL_S while polling."""
     mine = reg.job(owner)
     active = reg.active()
-    busy = _api_busy()
+    busy = _api_busy() and not (mine is not None and mine.state in bench_runs.ACTIVE)  # another session's run
+    holder = runlock.holder()
+    if holder is not None and holder.get("pid") == os.getpid():
+        holder = None  # this server's own run (a session's, shown above)
     if polling and ((mine is not None and mine.state in bench_runs.FINISHED) or (not active and not busy)):
         st.rerun(scope="app")  # a run ended: redraw the page (results, history, the run button)
     running = next((j for j in active if j.state == "running"), None)
@@ -219,11 +252,17 @@ def _run_panel(polling: bool) -> None:
         if mine.state == "running":
             st.progress(report.progress_fraction(mine.done, mine.total),
                         text=f"Your benchmark: {mine.done} of {mine.total} kernels done; now {mine.step}")
-        else:
-            other = (f", {running.done} of {running.total} kernels done" if running and running.owner != owner
-                     else "")
+        elif (running is not None and running.owner != owner) or (
+                _api_busy() and any(j.owner != owner for j in active)):
+            other = f", {running.done} of {running.total} kernels done" if running is not None else ""
             st.info(f"A benchmark is running (started by another session){other}; yours will wait and starts "
                     "when it finishes.")
+        elif holder is not None:
+            st.info(escape_md(f"A benchmark is running on this machine (pid {holder.get('pid')}, started "
+                              f"{'from the command line' if holder.get('source') == 'cli' else 'by another server'} "
+                              f"{holder.get('started', '')}); yours will wait and starts when it finishes.", 400))
+        else:
+            st.info("Your benchmark is starting (loading torch and sizing the run).")
         st.button("Cancel my benchmark", key="_bench_cancel", on_click=reg.cancel, args=(owner,),
                   help="The run stops at its next repetition and frees its memory (CUDA/MPS cache included).")
     elif running is not None or busy:
@@ -232,6 +271,10 @@ def _run_panel(polling: bool) -> None:
                 "runs at a time on this server, so that two runs do not measure each other.")
         if running is not None:
             st.progress(report.progress_fraction(running.done, running.total))
+    elif holder is not None:
+        st.info(escape_md(f"A benchmark is running on this machine (pid {holder.get('pid')}, started "
+                          f"{'from the command line' if holder.get('source') == 'cli' else 'by another server'} "
+                          f"{holder.get('started', '')}); a run started here waits for it.", 400))
 
 
 st.subheader("Measure this machine")
@@ -348,8 +391,9 @@ def _on_upload() -> None:
 
 
 with st.expander("Import a result from another machine", expanded=not present):
-    st.file_uploader("A result JSON written by `python -m mla_core bench --out FILE.json` (at most 1 MB, the "
-                     "server's upload limit)", type=["json"], key="_bench_upload", on_change=_on_upload)
+    st.file_uploader("A result JSON written by `python -m mla_core bench --out FILE.json` (at most 1 MiB; Streamlit "
+                     "writes its limit as 1MB, meaning 2^20 bytes)", type=["json"], key="_bench_upload",
+                     on_change=_on_upload)
     st.text_input("Label for the import (optional; default: the file name)", key="_bench_import_label",
                   max_chars=200)
     st.caption(f"No H200 measurement is committed yet: `bash {H200_SCRIPT}` on an H200 writes one "
@@ -369,13 +413,18 @@ _notices()
 samples = measured.sample_files()
 labels: dict[str, str] = {}
 short: dict[str, str] = {}
+untrusted: set[str] = set()  # disturbed or damaged runs: out of comparisons unless asked
 for r in runs:
     key = f"run:{r['id']}"
     device = measured.clean_text(r.get("device_name") or "unknown device", 40)
     extra = f", {measured.clean_text(r['label'], 40)}" if r.get("label") else ""
-    labels[key] = f"#{r['id']} {device} ({r['source']}{extra}; {str(r.get('created') or r['saved_at'])[:16]})"
+    flag = bench_runs.run_flag(r)
+    labels[key] = f"#{r['id']} {device} ({r['source']}{extra}; {str(r.get('created') or r['saved_at'])[:16]}){flag}"
     # The legend names a run by its label when it has one: two runs of one device stay apart.
-    short[key] = f"#{r['id']} {measured.clean_text(r['label'], 40)}" if r.get("label") else f"#{r['id']} {device}"
+    short[key] = (f"#{r['id']} {measured.clean_text(r['label'], 40)}" if r.get("label") else
+                  f"#{r['id']} {device}") + flag
+    if r.get("disturbed") or r.get("damaged"):
+        untrusted.add(key)
 for name in samples:
     labels[f"sample:{name}"] = f"sample {measured.clean_text(name, 60)}"
     short[f"sample:{name}"] = f"sample {measured.clean_text(name, 40)}"
@@ -424,6 +473,10 @@ def _render_shown(shown: dict) -> None:
                f"{escape_md(shown.get('created', ''))}" + (f" in {format_seconds(shown['wall_s'])}"
                                                            if shown.get("wall_s") else "") + ".")
     bench_model.show_result(shown)
+    reasons = bench_runs.disturbed_reasons(shown)
+    if reasons:
+        st.warning(escape_md("This run was disturbed: " + "; ".join(reasons) + ". Its numbers understate the "
+                             "machine; comparisons leave it out unless asked.", 800))
     cs = report.ceiling_summary(shown)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Copy bandwidth (measured)", format_rate(cs["copy_GBps"] * GB, "B/s") if cs["copy_GBps"] else "n/a",
@@ -546,7 +599,8 @@ def _render_shown(shown: dict) -> None:
                     hovertemplate=(f"<b>{label}</b> predicted (%{{customdata[0]}})<br>%{{customdata[1]}}, "
                                    "%{customdata[2]} bound<br>predicted / measured %{customdata[3]}"
                                    "<extra></extra>")))
-        charts.style(fig, title=f"Decode kernels on the measured roofline of {measured.device_name(shown)}",
+        charts.style(fig, title=f"Decode kernels on the measured roofline of {measured.device_name(shown)}"
+                           f"{bench_runs.run_flag(shown)}",
                      x_title="arithmetic intensity (flop/B)", y_title="performance (TFLOP/s)", log_x=True,
                      log_y=True, present=present)
         fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
@@ -568,7 +622,8 @@ def _render_shown(shown: dict) -> None:
                 x=cats, y=[r[key] * 1e3 if r[key] else None for r in decode], name=name, marker={"color": color},
                 customdata=[[format_seconds(r[key]) if r[key] else "n/a", r["shape_text"]] for r in decode],
                 hovertemplate=f"{name}<br>%{{x}} (%{{customdata[1]}}): %{{customdata[0]}}<extra></extra>"))
-        charts.style(fig2, title="Decode step: measured against predicted", x_title="kernel (shape)",
+        charts.style(fig2, title=f"Decode step: measured against predicted{bench_runs.run_flag(shown)}",
+                     x_title="kernel (shape)",
                      y_title="time (ms)", log_y=True, present=present, height=None if present else 400)
         fig2.update_layout(barmode="group", legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
                            margin={"b": 110})
@@ -585,9 +640,14 @@ if shown is not None:
 # --- compare devices -----------------------------------------------------------------------------------------
 st.subheader("Compare devices")
 _restore("_bench_compare")
-ss["_bench_compare"] = [k for k in (ss.get("_bench_compare") or []) if k in options]
+_restore("_bench_cmp_disturbed")
+cmp_options = [k for k in options if k not in untrusted or ss.get("_bench_cmp_disturbed")]
+ss["_bench_compare"] = [k for k in (ss.get("_bench_compare") or []) if k in cmp_options]
 with st.expander("Comparison settings", expanded=not present):
-    st.multiselect("Runs to compare (history and samples)", options, key="_bench_compare",
+    st.toggle(f"Include disturbed runs ({len(untrusted)})", key="_bench_cmp_disturbed",
+              help="Runs that other work disturbed (or whose stored copy is damaged) are left out of comparisons "
+                   "unless this is on.")
+    st.multiselect("Runs to compare (history and samples)", cmp_options, key="_bench_compare",
                    format_func=lambda k: labels.get(k, k),
                    help="e.g. this machine's run and an imported H200 result (made by benchmarks/gpu_h200.sh).")
     c1, c2 = st.columns(2)
@@ -596,6 +656,7 @@ with st.expander("Comparison settings", expanded=not present):
                    "On: one row per kernel and shape; runs without that shape leave the cell empty.")
     c2.radio("Chart", ["achieved GB/s", "achieved TFLOP/s", "median time"], key="_bench_cmp_metric", horizontal=True)
 _keep("_bench_compare")
+_keep("_bench_cmp_disturbed")
 chosen = ss["_bench_compare"]
 if len(chosen) < 2:
     st.info(f"Pick two or more runs to set them side by side: e.g. a committed sample and a result imported from a "
@@ -668,6 +729,7 @@ st.subheader("History")
 st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(display_path(history.default_path()), 300)} "
            f"(set {history.ENV_VAR} to keep it elsewhere). A damaged file is moved aside, never deleted.")
 _flush("history")
+_history_status()
 
 
 def _selected() -> list[int]:
@@ -727,6 +789,9 @@ else:
         "device": measured.clean_text(r.get("device_name") or "", 60), "kind": r.get("device_kind") or "",
         "dtype": r.get("dtype") or "", "source": r["source"], "label": measured.clean_text(r.get("label") or "", 80),
         "results": r["n_results"],
+        "disturbed": {None: "", False: "no", True: "yes: " + "; ".join(r.get("disturbed_reasons") or [])}[
+            r.get("disturbed")],
+        "damaged": r.get("damaged") or "",
     } for r in runs]), hide_index=True)
     ids = [r["id"] for r in runs]
     ss["_bench_selected"] = [i for i in _selected() if i in ids]

@@ -6,7 +6,6 @@ reads the shared state, calls them and draws. Definitions: docs/model.md, "Capac
 import html
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.capacity import (allocator_waste, capacity, capacity_variants, default_block_size,
@@ -18,6 +17,7 @@ from mla_core.sweeps import concurrent_requests_vs_context, log_contexts
 from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens,
                             format_tokens_exact, gib_to_bytes)
 from ui import charts, models, params, state
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import escape_md
 
 v = state.values()

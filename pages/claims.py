@@ -4,12 +4,12 @@ The claims are data (data/claims.json, checked by mla_core.claims): a paraphrase
 figure, the computation from the stated inputs and, where the figure differs, the reason and a
 replay of the slip. This page shows them; it computes nothing itself."""
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated, summarize
 from mla_core.errors import MLAError
 from ui import charts, state
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import escape_md
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}

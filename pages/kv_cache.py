@@ -1,6 +1,5 @@
 """KV cache: the chosen model's cache, and the same width costed as MHA, GQA, MQA and MLA."""
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.config import loads_config, parse_config
@@ -10,6 +9,7 @@ from mla_core.kv import layer_map as kv_layer_map
 from mla_core.sweeps import kv_cache_bytes_vs_context, log_contexts
 from mla_core.units import GiB, format_bytes, format_tokens, format_tokens_exact
 from ui import charts, layer_map, models, params, state, text
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import escape_md
 
 v = state.values()
@@ -42,6 +42,12 @@ def _on_upload():
 
 def _on_paste():
     text = st.session_state.get("_paste") or ""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > params.MAX_CONFIG_BYTES_UI:
+        st.session_state["_model_error"] = (f"pasted config: the text is {size:,} bytes; a config.json may be at most "
+                                            f"{params.MAX_CONFIG_BYTES_UI:,} bytes (1 MiB). Nothing was changed.")
+        st.session_state["_paste"] = ""  # not re-sent with every rerun
+        return
     if text.strip():
         _use_config_bytes(text, "pasted config")
 
@@ -66,10 +72,10 @@ with st.expander("Model: upload or paste a config.json, or set the architecture 
                  expanded=(v["model"] in (params.CUSTOM, params.UPLOAD)) and not present):
     tab_up, tab_paste, tab_hand = st.tabs(["Upload config.json", "Paste config.json", "Set by hand"])
     with tab_up:
-        st.file_uploader("A Hugging Face config.json (at most 1 MB)", type=["json"], key="_upload",
+        st.file_uploader("A Hugging Face config.json (at most 1 MiB)", type=["json"], key="_upload",
                          on_change=_on_upload)
     with tab_paste:
-        st.text_area("config.json text", key="_paste", height=160, max_chars=params.MAX_CONFIG_BYTES_UI)
+        st.text_area("config.json text (at most 1 MiB)", key="_paste", height=160, max_chars=params.MAX_PASTE_CHARS)
         st.button("Use the pasted config", on_click=_on_paste)
     with tab_hand:
         c1, c2, c3, c4 = st.columns(4)

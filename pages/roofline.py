@@ -4,7 +4,6 @@ decode step against batch, and MLA's intensity per GPU under TP against DP-atten
 Every number comes from mla_core.roofline / mla_core.sweeps (docs/model.md, "Decode step roofline");
 measured points come from the benchmark page's result (ui.measured)."""
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.errors import MLAError
@@ -17,6 +16,7 @@ from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_in
                             format_seconds, format_token_rate, format_tokens)
 from mla_core.validate import MAX_BATCH
 from ui import charts, measured, models, params, state
+from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
 from ui.text import escape_md
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)

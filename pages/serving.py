@@ -6,7 +6,7 @@ reads the shared state, calls it and draws."""
 import html
 
 import pandas as pd
-import plotly.graph_objects as go
+from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.errors import MLAError

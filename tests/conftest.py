@@ -12,6 +12,13 @@ CASE_CONFIGS = os.path.join(FIXTURES, "configs")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# Plotly validates every figure the pages build (the app skips it for speed; ui/charts.py), so a
+# misspelt property fails a test. Inherited by the servers and CLIs the tests start.
+os.environ["MLA_VALIDATE_FIGURES"] = "1"
+# The test machine is shared: its neighbours may hold nearly every CPU, which would make a real
+# run refuse its result (mla_core.bench.disturbance). The refusal has its own test.
+os.environ.setdefault("MLA_BENCH_REFUSE_FREE_CPUS", "0")
+
 
 @pytest.fixture(scope="session")
 def root():

@@ -208,8 +208,10 @@ def test_cli_writes_json_that_matches_the_schema(tmp_path):
            "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+    # No progress bar when stderr is not a terminal: at most the one-line note of a disturbed run.
+    assert all(line.startswith("mla_core bench: note: this run was disturbed: ") for line in proc.stderr.splitlines())
     data = validate_result(out.read_bytes())
+    assert (data["disturbed"]["disturbed"] is True) == bool(proc.stderr)
     assert {r["kernel"] for r in data["results"]} == set(bcfg.KERNELS)
     assert data["config"]["quick"] is True and data["config"]["contexts"] == [256] and data["config"]["heads"] == 4
     assert "mla_absorbed_decode" in proc.stdout and "predicted" in proc.stdout
@@ -331,6 +333,9 @@ def test_every_timed_call_is_bracketed_by_the_device_sync(kind, monkeypatch):
         monkeypatch.setattr(K, name, lambda *a, _real=real, **kw: (log.append("K"), _real(*a, **kw))[1])
 
     cfg = bcfg.coerce_config(TINY, batches=(1,), contexts=(64,), flush_bytes=4096 if kind != "cpu" else 0)
+    # The noise check's second copy/read/matmul go through the same timed calls; counted here
+    # without it, so that every call maps to one stored repetition.
+    monkeypatch.setattr(brun, "_repeat_ceilings", lambda *a, **k: {})
     result = brun.run_benchmark(cfg)
     text = "".join(log)
     unit = {"cuda": r"F?SRK?RSE", "mps": r"F?STK?ST", "cpu": r"TK?T"}[kind]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pandas as pd
-import plotly.graph_objects as go
+from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.bench import comm, history
@@ -57,7 +57,7 @@ def section(present: bool = False) -> None:
                "`--nnodes` and `--rdzv-endpoint`): the result lands in this history. busbw = algbw x 2(n-1)/n for "
                "all_reduce and (n-1)/n for the others (nccl-tests); GB/s = 10^9 B/s, sizes in binary units.")
     with st.expander("Import a collectives result JSON", expanded=False):
-        st.file_uploader("A file written by `... bench collectives --out FILE.json`", type=["json"],
+        st.file_uploader("A file written by `... bench collectives --out FILE.json` (at most 1 MiB)", type=["json"],
                          key="_coll_upload", on_change=_on_upload)
     msg = ss.pop("_coll_message", None)
     if msg:

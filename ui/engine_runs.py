@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pandas as pd
-import plotly.graph_objects as go
+from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.bench import engines, history
@@ -76,7 +76,7 @@ def section(present: bool = False) -> None:
                "from a shell: `python -m mla_core bench import FILE --model M --gpu G --tp N`.")
     _defaults()
     with st.expander("Import an engine result", expanded=False):
-        st.file_uploader("The engine's output file", type=["json", "jsonl"], key="_eng_upload")
+        st.file_uploader("The engine's output file (at most 1 MiB here; larger ones with `bench import FILE`)", type=["json", "jsonl"], key="_eng_upload")
         c1, c2, c3, c4 = st.columns(4)
         c1.selectbox("Model (vLLM files name it)", model_ids(), key="_eng_model")
         c2.selectbox("GPU", gpu_ids(), key="_eng_gpu")

@@ -1,7 +1,7 @@
 """The KV page's layer map: one cell per layer, coloured by what it caches (mla_core.kv.layer_map)."""
 from __future__ import annotations
 
-import plotly.graph_objects as go
+from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.kv import LayerMap

@@ -21,7 +21,10 @@ from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import KV_DTYPES, WEIGHT_DTYPES
 
 MAX_PARAM_CHARS = 8192  # a query value longer than this is refused outright
-MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text
+MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text (1 MiB, the core's limit)
+# The paste box takes up to 4x that, so that an oversized paste reaches the server and is told
+# its size (the browser would otherwise cut it at the limit without a word).
+MAX_PASTE_CHARS = 4 * MAX_CONFIG_BYTES
 MAX_UI_CONTEXT = 10**15  # exact in a browser (below 2**53)
 MAX_UI_BATCH = 10**6  # the sidebar's batch input goes this far
 CUSTOM = "custom"  # model set by hand on the KV page

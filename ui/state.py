@@ -6,6 +6,8 @@
   Streamlit drops a widget's key when a page does not draw the widget.
 - `sync_url()` (end of app.py, every run): the URL gets the full state, so a copied link
   reopens the same view.
+- Every run is counted for the benchmark (ui.bench_runs.note_rerun): other sessions' reruns
+  during a run are evidence that it was disturbed.
 Widgets use the parameter names as keys and no `value=` (the state seeds them).
 """
 from __future__ import annotations
@@ -19,7 +21,18 @@ _INIT = "_ui_state_initialised"
 _WARNINGS = "_ui_link_warnings"
 
 
+def session_id() -> str | None:
+    """This Streamlit session's id (None outside a served or AppTest run)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
 def init() -> None:
+    from . import bench_runs
+
+    bench_runs.registry().note_rerun(session_id())
     ss = st.session_state
     if not ss.get(_INIT):
         values, warnings = params.parse_query(st.query_params.to_dict())

@@ -5,7 +5,7 @@
         [--batch B[,B...]] [--context N[,N...]] [--heads H] [--gqa-groups G]
         [--kernels K[,K...]] [--reps R] [--budget-s S] [--stream-bytes SIZE] [--matmul-n N]
         [--flush-bytes SIZE] [--threads N] [--skip-oversize] [--seed S] [--out FILE.json]
-        [--json] [--progress | --no-progress] [--save [--label TEXT]]
+        [--json] [--progress | --no-progress] [--wait] [--save [--label TEXT]]
     python -m mla_core bench --validate FILE.json
     torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
     python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.bench.engines)
@@ -19,8 +19,12 @@ K and M suffixes (4K = 4096, 128K = 131072). The table goes to stdout (or the JS
 `--json`), a progress bar to stderr when it is a terminal. Bad requests exit with status 2 and
 one line on stderr: unknown flags or values, an unavailable device, shapes that would not fit
 in 80% of the device's free memory (refused before allocating), out-of-memory during the run,
-an unwritable --out, a run stopped by SIGTERM (e.g. `timeout`; its memory is freed first).
-Ctrl-C exits 130 after freeing the run's memory.
+an unwritable --out, a run stopped by SIGTERM (e.g. `timeout`; its memory is freed first),
+another benchmark running on this machine (without --wait; the lock file beside the history is
+shared with the app), a run disturbed beyond trust (mla_core.bench.disturbance), a result that
+could not be saved (--save: disk full, read-only store; the table is printed and --out written
+first). A disturbed run is kept and says so on stderr. Ctrl-C exits 130 after freeing the run's
+memory.
 """
 from __future__ import annotations
 
@@ -172,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
     bar.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--wait", action="store_true",
+                   help="when another benchmark runs on this machine (command line or app), wait for it instead "
+                        "of refusing to start")
     p.add_argument("--save", action="store_true", help="also save the run in the local history (SQLite)")
     p.add_argument("--label", help="label of the saved run (with --save)")
     p.add_argument("--validate", metavar="FILE.json", help="check a result file against the schema and exit")
@@ -242,20 +249,25 @@ def main(argv: list[str] | None = None) -> int:
 
             model = load_config(args.config)
         config = default_config(args.device, args.quick, model=model, **overrides)
+        _report_history()
         bar.enabled = sys.stderr.isatty() if args.progress is None else args.progress
         cancel = threading.Event()
         with _cancel_on_sigterm(cancel):  # `timeout` and job schedulers stop us cleanly
-            result = run_benchmark(config, progress=bar, cancel=cancel)
+            result = run_benchmark(config, progress=bar, cancel=cancel, wait=bool(args.wait), source="cli")
         bar.clear()
         if args.out:
             _write_json(args.out, result)
+        save_error = None
         if args.save:
             from . import history
 
-            run_id = history.save_run(result, source="local", label=args.label)
+            try:
+                run_id = history.save_run(result, source="local", label=args.label)
+                print(f"saved as run {run_id} in {history.default_path()}", file=sys.stderr)
+            except MLAError as e:  # the measurement is not lost: it is printed (and in --out)
+                save_error = e
             for notice in history.pop_notices():
                 print(f"{PROG}: note: {notice}", file=sys.stderr)
-            print(f"saved as run {run_id} in {history.default_path()}", file=sys.stderr)
         out = json.dumps(result, indent=2) if args.json else render_table(result)
         try:
             print(out)
@@ -264,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             pass
+        block = result.get("disturbed") or {}
+        if block.get("disturbed"):
+            print(_one_line(f"{PROG}: note: this run was disturbed: " + "; ".join(block.get("reasons") or [])),
+                  file=sys.stderr)
+        if save_error is not None:
+            kept = f" (the result is in {args.out})" if args.out else " (the result is printed above)"
+            print(_one_line(f"{PROG}: error: not saved: {save_error}") + kept, file=sys.stderr)
+            return 2
         return 0
     except _UsageError as e:
         bar.clear()
@@ -277,6 +297,26 @@ def main(argv: list[str] | None = None) -> int:
         bar.clear()
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def _report_history() -> None:
+    """Tell the user, before a run, what the history has to say: runs cut short by a process
+    that died, and notices (a corrupt store moved aside) not yet acknowledged."""
+    from . import history
+
+    try:
+        for r in history.interrupted_runs():
+            print(_one_line(f"{PROG}: note: a benchmark started {r['started_at']} ({r['source']}, pid {r['pid']}) "
+                            "never finished: its process died during the run; nothing of it was saved"),
+                  file=sys.stderr)
+            try:
+                history.acknowledge_interrupted(r["id"])
+            except MLAError:
+                pass
+        for n in history.notices():
+            print(_one_line(f"{PROG}: note: {n['text']}"), file=sys.stderr)
+    except MLAError:
+        pass  # an unreadable history is reported when the run is saved
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,10 @@ from collections.abc import Callable
 import torch
 
 from . import device as _dev
+from . import disturbance as _disturbance
+from . import history as _history
 from . import kernels as _k
+from . import runlock as _runlock
 from . import timing as _timing
 from .config import (
     CEILING_KERNELS,
@@ -36,12 +40,12 @@ from .config import (
     sdpa_kv_heads,
     stream_elements,
 )
-from .errors import BenchBusy, BenchCancelled, BenchError, OutOfMemory, OversizeRequest
+from .errors import BenchBusy, BenchCancelled, BenchError, OutOfMemory, OversizeRequest, UntrustedRun
 from .schema import SCHEMA_VERSION
 
 _LOCK = threading.Lock()
 UNSTEADY = 1.5  # median / best above this: the result carries a note
-BUSY_CPUS = 0.25  # CPUs other processes kept busy during a CPU run above which the result says so
+BUSY_CPUS = _disturbance.BUSY_CPUS  # CPUs other processes kept busy during a CPU run above which it is disturbed
 
 Progress = Callable[[int, int, str], object]
 
@@ -245,20 +249,26 @@ def estimate_bytes(config=None) -> int:
 # The run.
 
 def run_benchmark(config=None, progress: Progress | None = None, cancel: threading.Event | None = None, *,
-                  wait: bool | float = False) -> dict:
+                  wait: bool | float = False, source: str = "api") -> dict:
     """Measure this device; return the result dict (`mla_core.bench` docstring: JSON format).
 
     `config`: a BenchConfig, or a dict of BenchConfig fields laid over `default_config`.
     `progress(done, total, label)` is called before each point and once at the end.
     `cancel`: a threading.Event; when set, the run stops at the next repetition.
-    `wait`: False (default) raises BenchBusy at once if another run holds the lock; True waits;
-    a number waits that many seconds.
+    `wait`: False (default) raises BenchBusy at once if another run holds the lock (this
+    process's, or the machine's lock file beside the history: CLI and app runs exclude each
+    other, mla_core.bench.runlock); True waits; a number waits that many seconds.
+    `source`: 'cli', 'app' or 'api', recorded in the lock file and the history's start rows (a
+    run whose process dies is reported at the next start: history.interrupted_runs()).
+    The result carries `disturbed` (mla_core.bench.disturbance): the evidence of other work
+    during the run, the bandwidth and matmul ceilings measured again at its end among it.
     Raises (all BenchError, one line): DeviceUnavailable, OversizeRequest (before allocating
-    anything), OutOfMemory, BenchCancelled, BenchBusy.
+    anything), OutOfMemory, BenchCancelled, BenchBusy, UntrustedRun (disturbed beyond trust).
     """
     cfg = resolve_config(config)
     if not (wait is None or isinstance(wait, (bool, int, float))):
         raise BenchError(f"wait must be True, False or a number of seconds, got {wait!r}")
+    t0 = time.monotonic()
     if wait is True:
         got = _LOCK.acquire()
     elif wait is False or wait is None:
@@ -268,7 +278,30 @@ def run_benchmark(config=None, progress: Progress | None = None, cancel: threadi
     if not got:
         raise BenchBusy("another benchmark is running in this process; wait for it to finish or cancel it")
     try:
-        return _run_locked(cfg, progress, cancel)
+        left = bool(wait) if isinstance(wait, bool) or wait is None else max(0.0, float(wait) - (time.monotonic() - t0))
+        # One run on the whole machine: the command line and every app server share this lock.
+        with _runlock.machine_lock(source=source, wait=left, cancel=cancel):
+            start = _history.begin_run(source, f"{cfg.device} {'quick ' if cfg.quick else ''}benchmark, "
+                                               f"{len(cfg.kernels)} kernels")
+            outcome = "failed"
+            try:
+                result = _run_locked(cfg, progress, cancel)
+                refused = (result.get("disturbed") or {}).get("refused")
+                if refused:
+                    outcome = f"refused: {refused}"
+                    raise UntrustedRun(f"run refused, its numbers cannot be trusted: {refused}")
+                outcome = "measured"
+                return result
+            except UntrustedRun:
+                raise
+            except BenchCancelled:
+                outcome = "cancelled"
+                raise
+            except BaseException as e:
+                outcome = f"failed: {_one_line(e)}"
+                raise
+            finally:
+                _history.end_run(start, outcome)
     finally:
         _LOCK.release()
 
@@ -339,6 +372,7 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
     finally:
         gc.collect()
         _dev.empty_cache(dev)
+        _release_heap()
         if old_threads is not None:
             torch.set_num_threads(old_threads)
     if failure is not None:
@@ -366,6 +400,9 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
     if kind == "cpu" and others is not None and others > BUSY_CPUS:
         notes.append(f"other processes kept {others:.2f} of the {cpus} CPUs busy during the run: multi-threaded "
                      "kernels waited for them, so these timings understate the machine")
+    disturbed = _disturbance.assess({"other_cpus_busy": others, "load_avg_1min_before": load_before,
+                                     "load_avg_1min_after": _dev._load_avg(),
+                                     "ceiling_repeats": out.get("ceiling_repeats") or None}, cpus, kind)
     if kind == "cpu":
         notes.append("CPU: no cache flush between repetitions; a decode working set smaller than the last-level "
                      "cache may run from cache")
@@ -383,7 +420,22 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
         "skipped": skipped,
         "timing_errors": out["timing_errors"],
         "notes": notes,
+        "disturbed": disturbed,
     }
+
+
+def _release_heap() -> None:
+    """Hand the run's freed heap back to the operating system. glibc keeps freed blocks in the
+    arena of the thread that used them (each app run has its own thread) until malloc_trim: an
+    app server otherwise grew by 25-80 MiB over 10 runs (benchmarks/served.py). No-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        pass
 
 
 def _classify(e: BaseException):
@@ -487,9 +539,39 @@ def _execute(cfg: BenchConfig, dev: _dev.Device, dtype: str, plan: list[dict], p
             emit(r)
         _dev.empty_cache(dev)
         i += len(group)
+    repeats = _repeat_ceilings(stream, plan, results, cfg, dev, dtype, tdtype, gen, timed, cancel,
+                               (lambda label: progress(total, total, label)) if progress is not None else None)
     if progress is not None:
         progress(total, total, "done")
-    return {"results": results, "timing_errors": timing_errors, "ceilings": ceilings, "notes": notes}
+    return {"results": results, "timing_errors": timing_errors, "ceilings": ceilings, "notes": notes,
+            "ceiling_repeats": repeats}
+
+
+def _repeat_ceilings(stream, plan, results, cfg, dev, dtype, tdtype, gen, timed, cancel, say) -> dict:
+    """The bandwidth and matmul ceilings measured again after the decode points: their spread
+    is the run's noise check (mla_core.bench.disturbance). {name: [first, again]}."""
+    def check(_j=None):
+        if cancel is not None and cancel.is_set():
+            raise BenchCancelled("benchmark cancelled")
+
+    first = {r["kernel"]: r for r in results if r["kernel"] in CEILING_KERNELS}
+    out: dict = {}
+    if stream:
+        if say is not None:
+            say("bandwidth again (noise check)")
+        for r in _run_stream(stream, cfg, dev, dtype, tdtype, timed, [], check):
+            if r["kernel"] in first and _timing_error(r, dev, dtype) is None:
+                out[f"{r['kernel']}_GBps"] = [first[r["kernel"]]["achieved_GBps"], r["achieved_GBps"]]
+        _dev.empty_cache(dev)
+    if "matmul" in first and any(p["kernel"] == "matmul" for p in plan):
+        if say is not None:
+            say("matmul again (noise check)")
+        check()
+        r = _run_matmul(cfg, dev, dtype, tdtype, gen, timed)
+        if _timing_error(r, dev, dtype) is None:
+            out["matmul_TFLOPs"] = [first["matmul"]["achieved_TFLOPs"], r["achieved_TFLOPs"]]
+        _dev.empty_cache(dev)
+    return out
 
 
 def _make_flush(nbytes: int, dev: _dev.Device):
