@@ -77,6 +77,13 @@ def test_the_cli_prints_and_writes_out_when_the_disk_is_full(store, monkeypatch,
     data = json.loads(out.read_text())  # the measurement is kept
     assert {r["kernel"] for r in data["results"]} >= {"copy", "mla_absorbed_decode"}
     assert "copy" in captured.out  # and printed
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()  # the user's umask, not mkstemp's 0600
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_an_app_run_on_a_full_disk_keeps_its_result_in_the_session(store, monkeypatch):

@@ -354,6 +354,12 @@ def _check_out(path: str) -> None:
         raise BenchError(f"--out: folder {folder} is not writable")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write_json(path: str, result: dict) -> None:
     """Write atomically: a temporary file in the same folder, then rename over `path`."""
     from .errors import BenchError
@@ -366,6 +372,7 @@ def _write_json(path: str, result: dict) -> None:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2, allow_nan=False)
                 f.write("\n")
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
             os.replace(tmp, path)
         except BaseException:
             try:
