@@ -1,4 +1,4 @@
-"""6. Served speed: each page's rerun through the real server, as a browser drives it.
+"""7. Served speed: each page's rerun through the real server, as a browser drives it.
 
 The app is started as `make app` starts it (`python -m ui.serve`), and a one-widget, one-metric
 Streamlit app (benchmarks/trivial_app.py) is served the same way (`streamlit run`, the same

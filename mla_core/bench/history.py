@@ -621,6 +621,16 @@ def _damage(conn, run_id: int, text, sha: str) -> str | None:
     return None
 
 
+def _kind_of(text) -> str:
+    """A stored result's own `kind` ('kernels' when it has none: results from before kinds);
+    '?' when its JSON cannot be read (the run is reported as damaged)."""
+    try:
+        body = json.loads(text)
+    except (TypeError, ValueError):
+        return "?"
+    return body.get("kind", "kernels") if isinstance(body, dict) else "?"
+
+
 def list_runs(*, path: str | None = None, kind: str | None = None) -> list[dict]:
     """Stored runs, newest first: id, saved_at, created, source, label, device_kind,
     device_name, torch_version, dtype, n_results, kind ('kernels', 'collectives', 'engine';
@@ -628,14 +638,15 @@ def list_runs(*, path: str | None = None, kind: str | None = None) -> list[dict]
     disturbed_reasons (list of lines), damaged (None, or why the run cannot be trusted).
     `kind` keeps only that kind. Reads a read-only store; no result bodies."""
     with _connect(path, write=False) as conn:
-        cur = conn.execute(f"SELECT {_RUN_COLUMNS}, coalesce(json_extract(json, '$.kind'), 'kernels') AS kind, "
-                           "json, sha256 FROM runs ORDER BY id DESC")
+        cur = conn.execute(f"SELECT {_RUN_COLUMNS}, json, sha256 FROM runs ORDER BY id DESC")
         out = []
         for row in cur.fetchall():
             run = _run_row(cur, row)
+            text = run.pop("json")
+            run["kind"] = _kind_of(text)
             if kind is not None and run["kind"] != kind:
                 continue
-            run["damaged"] = _damage(conn, run["id"], run.pop("json"), run.pop("sha256"))
+            run["damaged"] = _damage(conn, run["id"], text, run.pop("sha256"))
             out.append(run)
         return out
 
