@@ -137,6 +137,12 @@ def capacity(
     check_int("num_gpus", num_gpus, maximum=MAX_GPUS)
     if num_gpus % tp:
         raise MLAError(f"tp ({tp}) must divide num_gpus ({num_gpus})")
+    if not dp_attention:
+        from .kv import tp_split_error
+
+        err = tp_split_error(model, tp)
+        if err:
+            raise MLAError(err)
     check_real("gpu_memory_utilization", gpu_memory_utilization, minimum=0, exclusive_minimum=True, maximum=1)
     check_int("reserve_bytes", reserve_bytes, minimum=0, maximum=1 << 62)
     n = default_block_size(model) if block_size is None else check_int("block_size", block_size, maximum=MAX_BLOCK)

@@ -505,11 +505,13 @@ def render_table(command: str, result: dict) -> str:
 
 def render_plan(r: dict) -> str:
     """The plan as a table: the best point, its cost and the two launch commands."""
-    from .units import format_count, format_seconds
+    from .units import format_seconds, format_token_rate
 
     best = r["best"]
+    n = r["points"]
     lines = [f"model {r['model']} on {r['num_gpus']} x {r['gpu']} ({r['gpus_per_node']} a node); "
-             f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out; {r['points']} points tried"]
+             f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out; "
+             f"{n:,} point{'' if n == 1 else 's'} tried"]
     if best is None:
         return "\n".join(lines + ["no point: " + "; ".join(r["notes"])])
 
@@ -517,12 +519,13 @@ def render_plan(r: dict) -> str:
         return "n/a (give --usd-per-gpu-hour)" if v is None else f"${v:,.4f}"
 
     rows = [
-        ("best split", f"{best['split']} at batch {best['batch']:,} (memory cap {best['max_batch']:,})"),
+        ("best split", f"{best['split']} at batch {best['batch']:,} (memory cap {best['max_batch']:,})"
+                       + ("" if best["fits"] else "  (DOES NOT FIT in memory)")),
         ("TTFT (lower bound)", f"{format_seconds(best['ttft_s'])}, {best['prefill_bound']} bound"),
         ("TPOT (lower bound)", f"{format_seconds(best['tpot_s'])}, {best['bound']} bound "
                                f"(serial: {format_seconds(best['tpot_serial_s'])})"),
         ("tokens/s per user", f"{best['tokens_per_s_per_user']:,.1f}"),
-        ("tokens/s per GPU", f"{best['tokens_per_s_per_gpu']:,.1f} (deployment {format_count(best['tokens_per_s'])})"),
+        ("tokens/s per GPU", f"{best['tokens_per_s_per_gpu']:,.1f} (deployment {format_token_rate(best['tokens_per_s'])})"),
         ("whole step intensity", f"{best['step_intensity_flop_per_byte']:.1f} flop/B"),
         ("$ per million output tokens", usd(best["usd_per_million_output_tokens"])),
         ("$ per million input tokens", usd(best["usd_per_million_input_tokens"])),

@@ -12,7 +12,10 @@ Each flag is spelled as the engine's own argument parser spells it. Checked agai
           bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1), --context-length,
           --max-running-requests, --mem-fraction-static, --page-size, --nnodes, --node-rank,
           --dist-init-addr, --speculative-algorithm / --speculative-num-steps /
-          --speculative-eagle-topk / --speculative-num-draft-tokens, --trust-remote-code.
+          --speculative-eagle-topk / --speculative-num-draft-tokens, --trust-remote-code,
+          --mamba-ssm-dtype (float32, bfloat16, float16: the SSM state only).
+  vLLM    --mamba-cache-dtype (vllm/config/cache.py MambaDType: auto, float32, float16, bfloat16 in
+          the late-2025 releases; conv and SSM state together).
 A command is built with shlex.join, so it parses back (shlex.split) into the same arguments.
 A setting an engine cannot express (a KV dtype it lacks) gives None and a note, not a guess.
 """
@@ -33,6 +36,8 @@ VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8
 SGLANG_KV_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
                     "fp4": "nvfp4"}
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# Our recurrent-state dtypes in the engines' spelling (vLLM --mamba-cache-dtype, SGLang --mamba-ssm-dtype).
+STATE_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def model_path_for(model: ModelSpec) -> str:
@@ -67,8 +72,9 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
 
     path = model_path or model_path_for(model)
     tp, dp, ep = point.tp, point.dp_attention, point.ep
+    # serving.check_deployment guarantees the layout: a group within one node, or whole nodes.
     gpn = min(dep.gpus_per_node, tp)
-    nodes = -(-tp // gpn)
+    nodes = tp // gpn
     max_len = wl.input_len + wl.output_len
     block = dep.block_size or default_block_size(model)
     per_replica = max(1, point.batch_per_replica)
@@ -80,6 +86,9 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
                      "behind a load balancer")
     mtp = model.num_nextn_predict_layers > 0
     k = wl.spec_tokens
+    # The recurrent state's dtype, when the plan set one and the model has recurrent layers.
+    state_flag = (STATE_DTYPE_NAMES[dep.state_dtype]
+                  if dep.state_dtype != "auto" and model.recurrent_layers else None)
 
     # vLLM
     vllm: list[str] | None = ["vllm", "serve", path]
@@ -115,6 +124,8 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
             else:
                 notes.append("vLLM: speculative decoding without MTP layers needs a draft model "
                              "(--speculative-config with its \"model\")")
+        if state_flag:
+            vllm += ["--mamba-cache-dtype", state_flag]
         vllm.append("--trust-remote-code")
 
     # SGLang: --tp-size is the whole group; DP-attention sets --dp-size to it.
@@ -137,6 +148,9 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
             else:
                 notes.append("SGLang: speculative decoding without MTP layers needs a draft model "
                              "(--speculative-draft-model-path)")
+        if state_flag:
+            sgl += ["--mamba-ssm-dtype", state_flag]
+            notes.append("SGLang's --mamba-ssm-dtype sets the SSM state only; its conv state keeps the model's dtype")
         if nodes > 1:
             sgl += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", f"{HEAD_ADDRESS}:{SGLANG_INIT_PORT}"]
             notes.append(f"SGLang, {others}: the same command with --node-rank NODE_RANK")

@@ -76,7 +76,7 @@ FIELDS_READ = (
     "linear_conv_kernel_dim",
     "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
     "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
-    "max_position_embeddings",
+    "max_position_embeddings", "mtp_num_hidden_layers", "use_mtp", "num_mtp_modules", "mtp_transformer_layers",
 )
 
 # HF config classes whose `tie_word_embeddings` defaults to True when the field is absent.
@@ -444,7 +444,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         qk_norm=qk_norm,
         attn_sinks=model_type == "gpt_oss",
         learned_pos_embeddings=(r.int_("max_position_embeddings", maximum=MAX_WINDOW) or 0) if model_type == "gpt3" else 0,
-        num_nextn_predict_layers=r.int_("num_nextn_predict_layers", minimum=0, maximum=MAX_LAYERS) or 0,
+        num_nextn_predict_layers=_mtp_layers(r),
         max_position_embeddings=r.int_("max_position_embeddings", maximum=MAX_WINDOW),
         quant_modules_not_converted=modules_not_converted,
         extra_dense_mlps=_EXTRA_DENSE_MLPS.get(model_type, 0),
@@ -525,10 +525,14 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
         if not isinstance(lac, dict):
             raise ConfigError("linear_attn_config must be an object")
         sub = _Reader(lac, "linear_attn_config")
-        full = set(sub.int_list("full_attn_layers", n))
-        kda = set(sub.int_list("kda_layers", n))
+        full_list, kda_list = sub.int_list("full_attn_layers", n), sub.int_list("kda_layers", n)
+        full, kda = set(full_list), set(kda_list)
         if 0 in full or 0 in kda:
             raise ConfigError("linear_attn_config lists layers from 1 (1-based); 0 is not a layer")
+        if len(full) != len(full_list) or len(kda) != len(kda_list):
+            raise ConfigError("linear_attn_config lists a layer twice")
+        if full & kda:
+            raise ConfigError(f"linear_attn_config puts layer {min(full & kda)} in both full_attn_layers and kda_layers")
         plan = []
         for i in range(1, n + 1):
             if i in full:
@@ -547,6 +551,8 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
     elif cfg.get("attn_layer_period") is not None:
         p = r.int_("attn_layer_period", maximum=MAX_LAYERS)
         o = r.int_("attn_layer_offset", minimum=0, maximum=MAX_LAYERS) or 0
+        if o >= p:
+            raise ConfigError(f"attn_layer_offset ({o}) must be below attn_layer_period ({p}): no layer would be attention")
         plan = [("full", False) if i % p == o else ("none", True) for i in range(n)]
         rec_kind = "mamba1"
     elif model_type == "falcon_h1":
@@ -581,13 +587,31 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
             layers.append(LayerSpec(kind, w, caches, rec))
 
     shared = r.int_("num_kv_shared_layers", minimum=0, maximum=MAX_LAYERS) or 0
-    if shared > n:
-        raise ConfigError(f"num_kv_shared_layers ({shared}) exceeds the {n} layers")
+    own = sum(1 for layer in layers[:n - shared] if layer.kv_caches)
+    if shared and own == 0:
+        raise ConfigError(f"num_kv_shared_layers ({shared}) leaves no earlier layer with a cache of its own to share "
+                          f"(of {n} layers)")
     for i in range(n - shared, n):
         layers[i] = LayerSpec("shared", None, 0, layers[i].recurrent)
+    if not any(layer.kv_caches or layer.recurrent for layer in layers):
+        raise ConfigError("no layer of this config holds a cache or a recurrent state (every layer is an MLP or "
+                          "MoE block)")
 
     recurrent = _recurrent(r, rec_kind, attention, hidden) if rec_kind else None
     return tuple(layers), recurrent
+
+
+def _mtp_layers(r: _Reader) -> int:
+    """Multi-token-prediction draft layers the checkpoint ships: DeepSeek / GLM
+    `num_nextn_predict_layers`, Qwen3-Next `mtp_num_hidden_layers`, MiniMax-M2 `use_mtp` with
+    `num_mtp_modules` x `mtp_transformer_layers`."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if r.cfg.get(key) is not None:
+            return r.int_(key, minimum=0, maximum=MAX_LAYERS) or 0
+    if r.bool_("use_mtp", False) and r.cfg.get("num_mtp_modules") is not None:
+        modules = r.int_("num_mtp_modules", minimum=0, maximum=MAX_LAYERS) or 0
+        return modules * (r.int_("mtp_transformer_layers", maximum=MAX_LAYERS) or 1)
+    return 0
 
 
 def _mlp_layers(cfg: dict, n: int) -> tuple[bool, ...] | None:
@@ -627,6 +651,8 @@ def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> 
         g = _first_int(r, ("n_groups", "mamba_n_groups"), "groups")
         n_state = _first_int(r, ("ssm_state_size", "mamba_d_state"), "state size")
         k = _first_int(r, ("conv_kernel", "mamba_d_conv"), "conv kernel")
+        if h % g:
+            raise ConfigError(f"the {h} Mamba-2 heads do not divide into {g} groups")
         return RecurrentSpec("mamba2", h, p, g, n_state, k)
     if kind == "gdn":  # Qwen3-Next
         h_k = _first_int(r, ("linear_num_key_heads",), "key heads")
@@ -634,6 +660,8 @@ def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> 
         d_k = _first_int(r, ("linear_key_head_dim",), "key head dim")
         d_v = _first_int(r, ("linear_value_head_dim",), "value head dim")
         k = _first_int(r, ("linear_conv_kernel_dim",), "conv kernel")
+        if h_v % h_k:
+            raise ConfigError(f"linear_num_value_heads ({h_v}) is not a multiple of linear_num_key_heads ({h_k})")
         return RecurrentSpec("gdn", h_v, d_v, h_k, d_k, k)
     if kind == "kda":  # Kimi-Linear
         lac = _Reader(r.cfg["linear_attn_config"], "linear_attn_config")

@@ -55,6 +55,25 @@ def resolve_kv_dtype(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str
     return kv_dtype
 
 
+def tp_split_error(model: ModelSpec, tp: int) -> str | None:
+    """Why tensor parallelism over `tp` GPUs cannot split `model`'s heads as engines do (vLLM:
+    query heads divide by tp; KV heads divide by tp, or tp by them, which replicates them; the
+    recurrent heads divide by tp), or None when it can."""
+    a = model.attention
+    if tp <= 1:
+        return None
+    if a.num_attention_heads % tp:
+        return f"tp {tp} does not divide the {a.num_attention_heads} query heads of {model.name}"
+    if not a.is_mla:
+        n_kv = a.num_key_value_heads
+        if (n_kv >= tp and n_kv % tp) or (n_kv < tp and tp % n_kv):
+            return f"tp {tp} does not split the {n_kv} KV heads of {model.name} evenly (nor replicate them)"
+    rec = model.recurrent
+    if rec is not None and model.recurrent_layers and rec.num_heads % tp:
+        return f"tp {tp} does not divide the {rec.num_heads} {rec.label} heads of {model.name}"
+    return None
+
+
 def heads_per_gpu(heads: int, tp: int, dp_attention: bool = False) -> int:
     """Heads one GPU holds: all with attention DP, else max(1, heads // tp) (replicated, never split)."""
     if dp_attention or tp == 1:

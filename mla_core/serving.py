@@ -199,12 +199,36 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
         check_int("block_size", dep.block_size, maximum=1 << 20)
     check_int("reserve_bytes", dep.reserve_bytes, minimum=0, maximum=1 << 62)
     check_choice("mla_path", dep.mla_path, MLA_PATHS)
+    node_layout_error = group_layout_error(dep.tp, dep.gpus_per_node)
+    if node_layout_error:
+        raise MLAError(node_layout_error)
+    if not (dep.dp_attention and dep.tp > 1):
+        from .kv import tp_split_error
+
+        err = tp_split_error(model, dep.tp)
+        if err:
+            raise MLAError(err)
     if dep.tp > 1 and dep.link_bandwidth_Bps is None and dep.gpu.link_GBps is None:
         raise MLAError(f"GPU {dep.gpu.id} has no published GPU-to-GPU link figure; use one GPU a group, "
                        "or give a measured link bandwidth")
     dep.gpu.bandwidth_Bps  # raises for a GPU without a bandwidth figure
     dep.gpu.peak_flops(dep.weights_dtype or model.default_weights_dtype)
     return dep
+
+
+def group_layout_error(tp: int, gpus_per_node: int) -> str | None:
+    """Why groups of `tp` GPUs cannot be laid on nodes of `gpus_per_node` (engines start the same
+    number of ranks on every node of a group): a group within a node must divide the node, a
+    group over nodes must fill whole nodes. None when they can."""
+    if tp <= gpus_per_node:
+        if gpus_per_node % tp:
+            return (f"groups of {tp} GPUs do not tile a node of {gpus_per_node}: a group would straddle two "
+                    "nodes with unequal halves")
+    elif tp % gpus_per_node:
+        return (f"a group of {tp} GPUs over nodes of {gpus_per_node} would leave a node part-filled "
+                f"({tp % gpus_per_node} GPUs on its last node); engines start the same number of ranks on "
+                "every node")
+    return None
 
 
 def split_label(tp: int, dp_attention: bool, ep: int, replicas: int = 1) -> str:
@@ -686,7 +710,7 @@ def _slo(ttft_ms, tpot_ms) -> tuple[float | None, float | None]:
 
 # --- the search -----------------------------------------------------------------------------------
 
-def splits(model: ModelSpec, num_gpus: int) -> list[tuple[int, bool, int]]:
+def splits(model: ModelSpec, num_gpus: int, gpus_per_node: int | None = None) -> list[tuple[int, bool, int]]:
     """Every (tp, dp_attention, ep) the search tries for `num_gpus`: TP over each divisor of
     num_gpus; for MoE models also DP-attention groups (tp > 1) with the experts sharded (ep 1) or
     spread (ep = tp, when there are at least tp routed experts). TP with ep = tp is left out: its
@@ -694,12 +718,17 @@ def splits(model: ModelSpec, num_gpus: int) -> list[tuple[int, bool, int]]:
     DP-attention for MoE models only (SGLang's --enable-dp-attention help), so dense models get TP."""
     from .kv import divisors
 
+    from .kv import tp_split_error
+
     out = []
     moe = model.moe
     for tp in divisors(num_gpus):
         if tp > MAX_TP:
             break
-        out.append((tp, False, 1))
+        if gpus_per_node is not None and group_layout_error(tp, gpus_per_node):
+            continue  # the group cannot be laid on the nodes
+        if not tp_split_error(model, tp):
+            out.append((tp, False, 1))
         if moe is not None and tp > 1:
             out.append((tp, True, 1))
             if tp <= moe.n_routed_experts:
@@ -824,7 +853,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
         t = tp if tp is not None else num_gpus
         chosen = [(t, bool(dp_attention), ep if ep is not None else 1)]
     else:
-        chosen = splits(model, num_gpus)
+        chosen = splits(model, num_gpus, gpus_per_node)
         if gpu.link_GBps is None and link_bandwidth_Bps is None:
             chosen = [s for s in chosen if s[0] == 1]
     points, summaries = [], []
@@ -849,12 +878,22 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     best = max(candidates, key=_rank, default=None)
     feasible = [p for p in points if p.fits or batch is not None]
     notes = [draft_note] if draft_note else []
+    if tp is None and dp_attention is None and ep is None:
+        from .kv import divisors
+
+        skipped = [t for t in divisors(num_gpus) if group_layout_error(t, gpus_per_node)]
+        if skipped:
+            notes.append(f"groups of {', '.join(map(str, skipped))} GPUs skipped: they do not lay out on nodes of "
+                         f"{gpus_per_node} (a group fills part of one node evenly, or whole nodes)")
     if best is None:
         notes.append("no split meets the SLOs" if candidates == [] and any(s.max_batch for s in summaries)
                      else "no split holds the model and one request")
     vllm = sglang = None
     launch = {}
-    if best is not None:
+    if best is not None and not best.fits:
+        notes.append(f"the batch given ({best.batch:,}) does not fit in memory (at most {best.max_batch:,} "
+                     "sequences): no launch command")
+    elif best is not None:
         from .commands import launch_commands
 
         launch = launch_commands(model, replace(base, tp=best.tp, dp_attention=best.dp_attention, ep=best.ep),

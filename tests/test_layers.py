@@ -290,3 +290,32 @@ def test_a_link_carries_every_field_the_parser_reads(preset):
     cfg = model_entries()[preset]["config"]
     back = parse_config(decode_config(encode_config(cfg)), name=preset)
     assert back == parse_config(cfg, name=preset)
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"num_hidden_layers": 4, "num_kv_shared_layers": 4}, "no earlier layer"),
+    ({"num_hidden_layers": 4, "hybrid_override_pattern": "----"}, "no layer of this config holds"),
+    ({"num_hidden_layers": 4, "attn_layer_period": 2, "attn_layer_offset": 5, "mamba_d_state": 16, "mamba_d_conv": 4,
+      "mamba_expand": 2}, "attn_layer_offset"),
+    ({"num_hidden_layers": 4, "linear_attn_config": {"full_attn_layers": [1, 1, 2], "kda_layers": [3, 4],
+                                                     "num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4}},
+     "twice"),
+    ({"num_hidden_layers": 4, "linear_attn_config": {"full_attn_layers": [1, 2], "kda_layers": [2, 3, 4],
+                                                     "num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4}},
+     "both"),
+    ({"num_hidden_layers": 2, "hybrid_override_pattern": "M*", "mamba_num_heads": 8, "mamba_head_dim": 16,
+      "n_groups": 3, "ssm_state_size": 16, "conv_kernel": 4}, "groups"),
+])
+def test_inconsistent_layer_fields_are_one_line_errors(extra, match):
+    from mla_core.errors import ConfigError
+
+    cfg = {"model_type": "x", "hidden_size": 64, "num_attention_heads": 4, **extra}
+    with pytest.raises(ConfigError, match=match):
+        parse_config(cfg)
+
+
+def test_mtp_fields_of_other_families():
+    # MiniMax-M2: use_mtp with num_mtp_modules x mtp_transformer_layers; Qwen3-Next: mtp_num_hidden_layers.
+    assert load_model("minimax-m2").num_nextn_predict_layers == 3
+    cfg = dict(model_entries()["qwen3-next-80b-a3b"]["config"], mtp_num_hidden_layers=1)
+    assert parse_config(cfg).num_nextn_predict_layers == 1

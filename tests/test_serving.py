@@ -360,3 +360,63 @@ def test_bad_state_dtype_is_one_line():
     with pytest.raises(MLAError, match="state_dtype"):
         evaluate(load_model("qwen3-next-80b-a3b"), Deployment(gpu=load_gpu("h200"), state_dtype="int4"),
                  Workload(1024, 256), 1)
+
+
+# --- found by trying to break it -------------------------------------------------------------------
+
+def test_groups_must_lay_out_on_nodes():
+    from mla_core.serving import group_layout_error
+
+    assert group_layout_error(8, 8) is None and group_layout_error(16, 8) is None and group_layout_error(2, 8) is None
+    assert "part-filled" in group_layout_error(12, 8) and "tile" in group_layout_error(3, 8)
+    m = load_model("deepseek-v3")
+    with pytest.raises(MLAError, match="part-filled"):
+        evaluate(m, Deployment(gpu=load_gpu("h200"), num_gpus=8, gpus_per_node=3, tp=8), Workload(4096, 1024), 8)
+    plan = search(m, load_gpu("h200"), num_gpus=24, gpus_per_node=8, workload=Workload(4096, 1024))
+    assert {p.tp for p in plan.points} <= {1, 2, 4, 8, 24 // 8 * 8} and all(p.tp % 8 == 0 or 8 % p.tp == 0
+                                                                          for p in plan.points)
+    assert any("skipped" in n for n in plan.notes)
+    # Every multi-node command starts as many ranks on each node as the node has GPUs.
+    best = search(m, load_gpu("h200"), num_gpus=16, gpus_per_node=8, workload=Workload(4096, 1024)).best
+    if best.dp_attention:
+        args = shlex.split(search(m, load_gpu("h200"), num_gpus=16, gpus_per_node=8,
+                                  workload=Workload(4096, 1024)).vllm_command)
+        local = int(args[args.index("--data-parallel-size-local") + 1])
+        assert int(args[args.index("--data-parallel-size") + 1]) % local == 0 and local == 8
+
+
+def test_tp_must_split_the_heads_as_engines_do():
+    from mla_core.capacity import capacity
+    from mla_core.kv import tp_split_error
+
+    m = load_model("nemotron-nano-9b-v2")  # 40 query heads, 8 KV heads, 128 Mamba-2 heads
+    assert "40 query heads" in tp_split_error(m, 3)
+    assert tp_split_error(m, 8) is None and tp_split_error(load_model("llama-3.1-70b"), 16) is None  # KV replicated
+    with pytest.raises(MLAError, match="query heads"):
+        capacity(m, context=8192, gpu=load_gpu("h100-sxm"), tp=3, num_gpus=3)
+    assert all(tp_split_error(m, p.tp) is None
+               for p in search(m, load_gpu("h100-sxm"), num_gpus=6, workload=Workload(1024, 256)).points)
+
+
+def test_a_given_batch_past_the_memory_cap_says_so_and_gets_no_command():
+    m = load_model("deepseek-v3")
+    plan = search(m, load_gpu("h200"), num_gpus=8, workload=Workload(4096, 1024), tp=8, batch=100_000,
+                  usd_per_gpu_hour=2.0)
+    assert not plan.best.fits and plan.vllm_command is None and plan.sglang_command is None
+    assert any("does not fit" in n for n in plan.notes)
+    p = run("plan", "--model", "deepseek-v3", "--gpu", "h200", "--num-gpus", "8", "--tp", "8",
+            "--batch", "100000", "--input-len", "4096", "--output-len", "1024")
+    assert p.returncode == 0 and "DOES NOT FIT" in p.stdout and "1 point tried" in p.stdout
+    assert "tokens/s)" in p.stdout and "K)" not in p.stdout
+
+
+def test_the_state_dtype_reaches_the_launch_commands():
+    m = load_model("nemotron-nano-9b-v2")
+    plan = search(m, load_gpu("h100-sxm"), num_gpus=2, workload=Workload(4096, 1024), state_dtype="fp32")
+    v, s = shlex.split(plan.vllm_command), shlex.split(plan.sglang_command)
+    assert v[v.index("--mamba-cache-dtype") + 1] == "float32" and s[s.index("--mamba-ssm-dtype") + 1] == "float32"
+    auto = search(m, load_gpu("h100-sxm"), num_gpus=2, workload=Workload(4096, 1024))
+    assert "--mamba-cache-dtype" not in auto.vllm_command
+    dense = search(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), num_gpus=1, workload=Workload(4096, 1024),
+                   state_dtype="fp32")
+    assert "--mamba-cache-dtype" not in dense.vllm_command  # no recurrent layers, nothing to set
