@@ -132,14 +132,30 @@ def _ready(spec: dict):
     global _READY
     if _READY is None:
         import plotly.graph_objects as pgo
-        from _plotly_utils.utils import convert_to_base64
+        from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
+
+        def convert(obj) -> None:
+            """plotly's convert_to_base64 (numpy arrays under dict keys become typed arrays) without
+            a call per number: a list whose first item is a scalar is a list of scalars (what the
+            pages build), and holds no dict whose arrays would need converting."""
+            if isinstance(obj, dict):
+                for key, value in obj.items():
+                    if isinstance(value, (dict, list, tuple)):
+                        if value and not isinstance(value, dict) and not isinstance(value[0], (dict, list, tuple)):
+                            continue  # plotly's walk converts nothing inside a list either, only dict values
+                        convert(value)
+                    elif not is_skipped_key(key) and is_homogeneous_array(value):
+                        obj[key] = to_typed_array_spec(value)
+            elif isinstance(obj, (list, tuple)):
+                for value in obj:
+                    convert(value)
 
         class Ready(pgo.Figure):
             def __init__(self, spec: dict):  # noqa: D107 - no validation, no copy: built fresh each run
                 self._spec = spec
 
             def to_dict(self) -> dict:
-                convert_to_base64(self._spec)  # what plotly's own to_dict does to numpy arrays
+                convert(self._spec)  # what plotly's own to_dict does to numpy arrays
                 return self._spec
 
             def to_plotly_json(self) -> dict:

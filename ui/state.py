@@ -44,8 +44,9 @@ def init() -> None:
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
     else:
+        have = set(ss.keys())  # one look at the state (`key in ss` builds the filtered state every time)
         for key, p in params.PARAMS.items():
-            ss[key] = ss[key] if key in ss else p.default
+            ss[key] = ss[key] if key in have else p.default
 
 
 def values() -> dict:
