@@ -5,7 +5,7 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 import streamlit as st
 
 from mla_core.units import KV_DTYPES
-from ui import charts, models, params, state
+from ui import charts, models, params, state, whatif
 
 state.init()
 present = bool(st.session_state["present"])
@@ -31,15 +31,6 @@ PAGES = [
 page = st.navigation(PAGES)
 
 
-QUICK_CONTEXTS = {4096: "4K", 32768: "32K", 131072: "128K", 1048576: "1M (2^20)"}  # the binary sizes people mean
-
-
-def _pick_context():
-    pick = st.session_state.get("_context_pick")
-    if pick:
-        st.session_state["context"] = pick
-
-
 with st.sidebar:
     st.header("Shared settings")
     st.caption("They hold on every page, and the URL carries them: copy it to share this view.")
@@ -48,14 +39,13 @@ with st.sidebar:
         options = [o for o in options if o != params.UPLOAD]
     labels = {k: models.model_label(k) for k in options}  # fixed for this run (AppTest formats later)
     st.selectbox("Model", options, key="model", format_func=lambda k: labels.get(k, k),
-                 help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there.")
+                 on_change=whatif.reset,
+                 help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there. "
+                      "A new model starts the what-if sliders from its own values.")
     st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, key="kv_dtype",
                  help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
                       "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
-    st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
-                    key="context", help="T: tokens held per sequence. Any whole number up to 10^15.")
-    st.pills("Quick context", list(QUICK_CONTEXTS), key="_context_pick", on_change=_pick_context,
-             format_func=QUICK_CONTEXTS.get, label_visibility="collapsed")
+    whatif.context_control()
     st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
     gpu_labels = models.gpu_labels()
     st.selectbox("GPU", list(gpu_labels), key="gpu", format_func=lambda k: gpu_labels.get(k, k))

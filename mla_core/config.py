@@ -385,6 +385,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         attn_sinks=model_type == "gpt_oss",
         learned_pos_embeddings=(r.int_("max_position_embeddings", maximum=MAX_WINDOW) or 0) if model_type == "gpt3" else 0,
         num_nextn_predict_layers=r.int_("num_nextn_predict_layers", minimum=0, maximum=MAX_LAYERS) or 0,
+        max_position_embeddings=mpe if type(mpe := cfg.get("max_position_embeddings")) is int and mpe > 0 else None,
         notes=tuple(notes),
     )
 

@@ -126,6 +126,7 @@ class ModelSpec:
     attn_sinks: bool = False  # gpt-oss: one learned sink logit per head
     learned_pos_embeddings: int = 0  # rows of a learned absolute position table (GPT-3)
     num_nextn_predict_layers: int = 0  # DeepSeek MTP module: not counted (MODEL.md)
+    max_position_embeddings: int | None = None  # the config's context limit, tokens (None: not stated)
     notes: tuple[str, ...] = ()  # assumptions the parser made, shown to the user
 
     @property

@@ -107,3 +107,25 @@ h3 { font-size: 1.9rem !important; }
 def presentation_css() -> None:
     # A constant stylesheet: no user-supplied text ever goes through unsafe_allow_html.
     st.markdown(PRESENTATION_CSS, unsafe_allow_html=True)
+
+
+def plot_text(text) -> str:
+    """User-supplied text (an uploaded model's name) for Plotly, which renders a little HTML."""
+    import html
+
+    return html.escape(str(text)[:80])
+
+
+def page_title(page: str, subtitle: str, model_name: str, context: int, *, extra: str | None = None,
+               present: bool = False) -> None:
+    """The page's title. In presentation mode the slide's title names the model and the context
+    ("KV cache: DeepSeek-V3 at 128K tokens (131,072)"), since the sidebar is out of sight."""
+    from mla_core.units import format_tokens
+
+    from .text import escape_md
+
+    if present:
+        st.markdown(f"## {page}: {escape_md(model_name, 80)} at {format_tokens(context)} ({context:,})"
+                    + (f", {escape_md(extra, 60)}" if extra else ""))
+    else:
+        st.title(f"{page}: {subtitle}")
