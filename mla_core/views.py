@@ -199,7 +199,256 @@ def kv_sweep(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "au
     return KVSweep(context, batch, tuple(out), two)
 
 
-def require(ok: bool, message: str) -> None:
-    """Raise MLAError(message) unless `ok` (a guard for view inputs)."""
-    if not ok:
-        raise MLAError(message)
+# ---------------------------------------------------------------------------------------------
+# Roofline page
+
+TP_DEGREES = (1, 2, 4, 8, 16)
+STEP_BATCH_MAX = 1024  # the step chart's batches run 1..1024 (or to 4 B beyond)
+
+
+@dataclass(frozen=True)
+class RooflineGPU(_View):
+    """The GPU the roofline uses: `gpu` (a preset, or the preset with a typed peak, or the
+    fallback), `name`, and a `message` with its `level` ('info' or 'warning') when the chosen
+    part needed one. `needs_peak`: the preset publishes no tensor peak (Apple)."""
+
+    gpu: object
+    name: str
+    needs_peak: bool
+    level: str = ""
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return {"gpu": self.gpu.id, "name": self.name, "needs_peak": self.needs_peak, "level": self.level,
+                "message": self.message}
+
+
+def roofline_gpu(preset, name: str, peak_tflops: float, fallback, fallback_name: str) -> RooflineGPU:
+    """A roofline needs a bandwidth and a tensor peak: a preset without a peak takes the typed
+    `peak_tflops` (> 0) with its own bandwidth, else `fallback` is shown with a warning."""
+    from .hardware import custom_gpu
+
+    if preset.bandwidth_TBps and preset.bf16_TFLOPS:
+        return RooflineGPU(preset, name, False)
+    if preset.bandwidth_TBps and peak_tflops > 0:
+        try:
+            gpu = custom_gpu(preset.memory_GB, bf16_TFLOPS=peak_tflops, base=preset)
+        except MLAError as e:
+            return RooflineGPU(fallback, fallback_name, True, "warning", f"{e}; showing {fallback_name} instead.")
+        return RooflineGPU(gpu, name, True, "info",
+                           f"{name}: no published tensor peak; using the {peak_tflops:g} TFLOP/s typed below with its "
+                           f"{preset.bandwidth_TBps:g} TB/s bandwidth.")
+    return RooflineGPU(fallback, fallback_name, True, "warning",
+                       f"{name} has no published dense tensor peak, so it has no roofline. Type a peak (bf16 TFLOP/s) "
+                       f"under Roofline settings; until then the page shows {fallback_name}.")
+
+
+@dataclass(frozen=True)
+class RooflinePoint(_View):
+    """One variant's decode attention on the roofline: `label`, `kv_dtype`, `mla_path`,
+    `result` (`roofline.attention_roofline`, every query head on one GPU) and `is_model`."""
+
+    label: str
+    kv_dtype: str
+    mla_path: str
+    result: dict
+    is_model: bool
+    spec: object = None
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "kv_dtype": self.kv_dtype, "mla_path": self.mla_path, "result": self.result,
+                "is_model": self.is_model}
+
+
+@dataclass(frozen=True)
+class RooflineView(_View):
+    """The Roofline page's headline and main chart: `points` (each variant at TP 1), `own_label`
+    (the point that is the model), `own_all` / `own_tp` (the model with all heads / one GPU's share
+    at `tp`), `step` (`roofline.roofline`, the whole decode step at `tp`), `mla_path` and
+    `kv_dtype` used, `ridge` (bf16 peak / bandwidth), `roof_x` / `roof_y` (the roof's corners,
+    flop/B and flop/s, spanning every point and `extra_intensities`), `warnings`."""
+
+    points: tuple[RooflinePoint, ...]
+    own_label: str
+    own_all: dict
+    own_tp: dict
+    step: dict
+    mla_path: str
+    kv_dtype: str
+    tp: int
+    ridge: float
+    roof_x: tuple[float, ...]
+    roof_y: tuple[float, ...]
+    baseline_head_dim: str
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("own_label", "own_all", "own_tp", "step", "mla_path", "kv_dtype", "tp",
+                                           "ridge", "roof_x", "roof_y", "warnings")}
+        d["points"] = [p.to_dict() for p in self.points]
+        return d
+
+
+def roof(gpu, intensities, dtype: str = "bf16") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The roofline's corners (x in flop/B, y in flop/s) from min(0.1, lowest / 3) to
+    max(10 ridge, 3 highest): min(peak, bandwidth x intensity) at the ends and the ridge."""
+    from .roofline import attainable_flops
+
+    ridge = gpu.peak_flops(dtype) / gpu.bandwidth_Bps
+    xs = [float(x) for x in intensities if x and x > 0]
+    lo = min(0.1, min(xs, default=1.0) / 3)
+    hi = max(10 * ridge, 3 * max(xs, default=1.0))
+    x = (lo, ridge, hi)
+    return x, tuple(attainable_flops(t, gpu, dtype) for t in x)
+
+
+def roofline_variants(model: ModelSpec, kv_dtype: str, *, gqa_groups: int = 0, kv_lora_rank: int = 0,
+                      qk_rope_head_dim: int = 0) -> list[tuple[str, ModelSpec, str, str]]:
+    """[(label, spec, kv dtype, mla path)]: the same-width variants of `kv.variant_specs`, the MLA
+    latent as two decode paths (absorbed, recompute) and the expanded cache as the expanded path."""
+    if gqa_groups and gqa_groups not in gqa_group_choices(model):
+        gqa_groups = 0
+    out = []
+    for label, spec, layout, dtype in variant_specs(model, kv_dtype, gqa_groups=gqa_groups or None,
+                                                    kv_lora_rank=kv_lora_rank or None,
+                                                    qk_rope_head_dim=qk_rope_head_dim or None):
+        if label == "MLA (latent)":
+            out += [("MLA absorbed", spec, dtype, "absorbed"), ("MLA recompute", spec, dtype, "recompute")]
+        elif label == "MLA expanded":
+            out.append(("MLA expanded", spec, dtype, "expanded"))
+        else:
+            out.append((label, spec, dtype, "absorbed"))
+    return out
+
+
+def roofline_view(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
+                  weights_dtype: str | None = None, mla_path: str = "absorbed", tp: int = 1, gqa_groups: int = 0,
+                  kv_lora_rank: int = 0, qk_rope_head_dim: int = 0, extra_intensities=()) -> RooflineView:
+    """Every variant's decode attention on `gpu`'s roofline, and the model's whole step at `tp`
+    (`roofline.attention_roofline`, `roofline.roofline`). Fallbacks: fp8_ds_mla on a non-MLA
+    model is fp8; the expanded path with fp8_ds_mla (latent only) is the absorbed path; a GQA
+    group count that does not divide n_h is the default. Raises MLAError on inputs the core refuses."""
+    from .roofline import attention_roofline, roofline
+
+    warnings = []
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        warnings.append(warning)
+    if model.is_mla and mla_path == "expanded" and dtype == "fp8_ds_mla":
+        warnings.append("fp8_ds_mla stores the latent only; the decode step uses the absorbed path.")
+        mla_path = "absorbed"
+    if gqa_groups and gqa_groups not in gqa_group_choices(model):
+        warnings.append(f"GQA groups {gqa_groups} does not divide the query heads of {model.name}; the default is used.")
+        gqa_groups = 0
+    limit = context_limit_warning(model, context)
+    if limit:
+        warnings.append(limit)
+    points = []
+    for label, spec, d, path in roofline_variants(model, dtype, gqa_groups=gqa_groups, kv_lora_rank=kv_lora_rank,
+                                                  qk_rope_head_dim=qk_rope_head_dim):
+        mine = (label == f"MLA {mla_path}") if model.is_mla else (not label.startswith("MLA")
+                                                                   and spec.attention == model.attention)
+        r = attention_roofline(spec, gpu, context=context, batch=batch, kv_dtype=d, mla_path=path)
+        points.append(RooflinePoint(label, d, path, r, mine, spec))
+    step = roofline(model, gpu, context=context, batch=batch, kv_dtype=dtype, weights_dtype=weights_dtype,
+                    mla_path=mla_path, tp=tp)
+    own_all = attention_roofline(model, gpu, context=context, batch=batch, kv_dtype=dtype, mla_path=mla_path)
+    own_tp = attention_roofline(model, gpu, context=context, batch=batch, kv_dtype=dtype, mla_path=mla_path, tp=tp)
+    own_label = next((p.label for p in points if p.is_model), f"{model.kind.upper()} (this model)")
+    rx, ry = roof(gpu, [*(p.result["attention_intensity_flop_per_byte"] for p in points),
+                        own_tp["attention_intensity_flop_per_byte"], *extra_intensities])
+    return RooflineView(tuple(points), own_label, own_all, own_tp, step, mla_path, dtype, tp,
+                        gpu.ridge_flop_per_byte, rx, ry, baseline_head_dim_text(model), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class StepSweep(_View):
+    """The whole decode step against batch: `batches` (the x values), `lines` of
+    (label, is_model, `sweeps.decode_step_vs_batch` arrays as lists), `crossover` (the first
+    batch at which the model's step is compute bound, found on every batch to 1,024 or a fine
+    log grid beyond; None if it stays memory bound), `batch` (the chosen one)."""
+
+    batches: tuple[int, ...]
+    lines: tuple[tuple[str, bool, dict], ...]
+    crossover: int | None
+    batch: int
+
+
+def step_sweep(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
+               weights_dtype: str | None = None, mla_path: str = "absorbed", tp: int = 1, own_label: str = "",
+               variants: list | None = None) -> StepSweep:
+    """`sweeps.decode_step_vs_batch` for the model (first) and for `variants` (from
+    `roofline_variants`, the recompute path left out) when given; ~200 log-spaced batches plus the
+    chosen batch and the two either side of the crossover."""
+    from .sweeps import decode_step_vs_batch
+    from .validate import MAX_BATCH
+
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    if model.is_mla and mla_path == "expanded" and dtype == "fp8_ds_mla":
+        mla_path = "absorbed"
+    hi = STEP_BATCH_MAX if batch <= STEP_BATCH_MAX else min(MAX_BATCH, 4 * batch)
+    fine = sorted({*(range(1, STEP_BATCH_MAX + 1) if hi == STEP_BATCH_MAX
+                     else (int(b) for b in log_contexts(1, hi, 2000))), batch})
+    own = decode_step_vs_batch(model, gpu, fine, context=context, kv_dtype=dtype, weights_dtype=weights_dtype,
+                               mla_path=mla_path, tp=tp)
+    at = next((i for i, c in enumerate(own["compute_bound"]) if c), None)
+    crossover = fine[at] if at is not None else None
+    batches = sorted({*(int(b) for b in log_contexts(1, hi, 200)), batch, *((fine[at - 1], crossover) if at else ())})
+    todo = [(own_label or model.kind.upper(), True, model, dtype, mla_path)]
+    todo += [(label, False, spec, d, path) for label, spec, d, path in (variants or [])
+             if label != own_label and (not label.startswith("MLA") or path != "recompute")]
+    lines = []
+    for label, mine, spec, d, path in todo:
+        s = decode_step_vs_batch(spec, gpu, batches, context=context, kv_dtype=d, weights_dtype=weights_dtype,
+                                 mla_path=path, tp=tp)
+        lines.append((label, mine, {k: val.tolist() for k, val in s.items()}))
+    return StepSweep(tuple(batches), tuple(lines), crossover, batch)
+
+
+@dataclass(frozen=True)
+class TPComparison(_View):
+    """MLA's attention intensity per GPU under TP against DP-attention, and GQA's under TP:
+    `degrees`, `rows` of (tp, MLA under TP, MLA with DP-attention, GQA under TP) as
+    `attention_roofline` dicts, `mla_label`, `gqa_label`, `ridge`."""
+
+    degrees: tuple[int, ...]
+    rows: tuple[tuple[int, dict, dict, dict], ...]
+    mla_label: str
+    gqa_label: str
+    ridge: float
+
+
+def tp_comparison(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
+                  mla_path: str = "absorbed", tp: int = 8, gqa_groups: int = 0, kv_lora_rank: int = 0,
+                  qk_rope_head_dim: int = 0) -> TPComparison:
+    """The model's MLA (or its same-width MLA variant) and GQA variant at TP 1, 2, 4, 8, 16 and
+    `tp` (`roofline.attention_roofline`); the expanded path with fp8_ds_mla is the absorbed one."""
+    from .roofline import attention_roofline
+
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    vs = roofline_variants(model, dtype, gqa_groups=gqa_groups, kv_lora_rank=kv_lora_rank,
+                           qk_rope_head_dim=qk_rope_head_dim)
+    _, mla_spec, mla_dtype, _ = next(x for x in vs if x[0] == "MLA absorbed")
+    gqa_label, gqa_spec, gqa_dtype, _ = next(x for x in vs if x[0].startswith("GQA"))
+    path = "absorbed" if (mla_path == "expanded" and mla_dtype == "fp8_ds_mla") else mla_path
+    label = f"MLA {path}" + ("" if model.is_mla else " (same-width variant)")
+    degrees = tuple(sorted({*TP_DEGREES, tp}))
+    kw = dict(context=context, batch=batch)
+    rows = tuple((t, attention_roofline(mla_spec, gpu, kv_dtype=mla_dtype, mla_path=path, tp=t, **kw),
+                  attention_roofline(mla_spec, gpu, kv_dtype=mla_dtype, mla_path=path, tp=t, dp_attention=True, **kw),
+                  attention_roofline(gqa_spec, gpu, kv_dtype=gqa_dtype, tp=t, **kw)) for t in degrees)
+    return TPComparison(degrees, rows, label, gqa_label, gpu.ridge_flop_per_byte)
+
+
+def measured_roof(bandwidth_GBps: float, matmul_TFLOPs: float, x_lo: float, x_hi: float):
+    """The roof of measured ceilings (x flop/B, y flop/s at lo, ridge, hi), or None when the
+    figures cannot make a GPU."""
+    from .hardware import custom_gpu
+    from .roofline import attainable_flops
+
+    try:
+        g = custom_gpu(1.0, bandwidth_TBps=bandwidth_GBps / 1000, bf16_TFLOPS=matmul_TFLOPs)
+    except MLAError:
+        return None
+    x = (x_lo, g.ridge_flop_per_byte, x_hi)
+    return x, tuple(attainable_flops(t, g, "bf16") for t in x)

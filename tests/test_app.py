@@ -65,16 +65,17 @@ def test_widget_value_survives_a_visit_to_every_other_page():
     assert metric(at, "Per sequence") == format_bytes(want)
 
 
-def test_url_holds_the_full_state():
+def test_url_carries_only_what_differs_from_the_defaults():
     at = app(model="mistral-7b-v0.1", batch="4").run()
-    q = at.query_params
-    for key in params.PARAMS:
-        if key != "config":
-            assert key in q, key
-    assert q["model"] == "mistral-7b-v0.1" and q["batch"] == "4"
+    assert dict(at.query_params) == {"model": "mistral-7b-v0.1", "batch": "4"}
+    at.select_slider(key="_context_stop").set_value(32768).run()
+    assert dict(at.query_params) == {"model": "mistral-7b-v0.1", "batch": "4", "context": "32768"}
+    at.select_slider(key="_context_stop").set_value(params.PARAMS["context"].default).run()
+    assert "context" not in at.query_params  # back to the default: gone from the link
     # Opening the URL it wrote reproduces the view.
-    again = app(**{k: v for k, v in q.items()}).run()
+    again = app(**{k: v for k, v in at.query_params.items()}).run()
     assert [m.value for m in again.metric] == [m.value for m in at.metric]
+    assert len(params.to_query(params.defaults())) == 0
 
 
 @pytest.mark.parametrize("query, needle", [
