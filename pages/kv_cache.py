@@ -231,7 +231,7 @@ def context_chart(model, kv_dtype, second=None):
         hovertemplate=f"%{{customdata[0]}} at {format_tokens(T)}<br>%{{customdata[1]}} (%{{customdata[2]}} B)"
                       "<extra></extra>"))
     charts.style(fig, title=f"KV cache of {B:,} sequence(s) against context", x_title="context (tokens per sequence)",
-                 y_title="KV cache (GiB)", log_x=True, log_y=True, present=present)
+                 y_title="KV cache (GiB)", log_x=True, log_y=True, present=present, height=charts.slide_height(present))
     charts.show(fig, "kv-cache-vs-context", key="_kv_chart")
 
 

@@ -133,22 +133,26 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets):
         st.caption(f"**{escape_md(model.name)}** ({model.kind.upper()}) on **{escape_md(gpu_name)}**: "
                    f"{format_rate(gpu.bandwidth_Bps, 'B/s')}, {format_rate(gpu.peak_flops('bf16'), 'FLOP/s')} dense "
                    f"bf16; {B:,} sequence(s) x {format_tokens(T)}, KV cache {rv.kv_dtype}.")
-    m1, m2, m3 = st.columns(3)
-    m1.metric(f"Attention intensity, {rv.own_label}, all heads",
-              format_intensity(rv.own_all["attention_intensity_flop_per_byte"]),
-              help="Attention flops / KV bytes read with every query head on one GPU (TP 1, or DP-attention).")
-    m2.metric(f"Per GPU at TP {tp}", format_intensity(rv.own_tp["attention_intensity_flop_per_byte"]),
-              help="Query heads split over the TP ranks; the MLA latent is read whole by every rank.")
-    m3.metric("Ridge point (bf16 peak)", format_intensity(step["attention_ridge_flop_per_byte"]),
-              help="bf16 peak / bandwidth: below it attention is memory bound. The whole step's ridge at the "
-                   f"weights' {step['weights_dtype']} peak is {format_intensity(step['ridge_flop_per_byte'])}.")
-    m4, m5, m6 = st.columns(3)
-    m4.metric(f"Decode step at TP {tp}, time lower bound", format_seconds(step["step_time_s"]),
-              help=f"One GPU's share at TP {tp}: max(bytes / bandwidth, flops / peak); {step['bound']} bound.")
-    m5.metric("Tokens/s upper bound", f"{format_count(step['tokens_per_s'])} tokens/s",
-              help=f"batch / step time = {step['tokens_per_s']:,.2f} tokens/s, the {B:,} sequence(s) together.")
-    m6.metric(f"Weights held per GPU at TP {tp}", format_bytes(step["weights_resident_bytes_per_gpu"]),
-              help=f"All parameters as {step['weights_dtype']}, / TP; one GPU has {format_bytes(gpu.memory_bytes)}.")
+    ridge_help = ("bf16 peak / bandwidth: below it attention is memory bound. The whole step's ridge at the "
+                  f"weights' {step['weights_dtype']} peak is {format_intensity(step['ridge_flop_per_byte'])}.")
+    metrics = [
+        (f"Attention intensity, {rv.own_label}, all heads", format_intensity(rv.own_all["attention_intensity_flop_per_byte"]),
+         "Attention flops / KV bytes read with every query head on one GPU (TP 1, or DP-attention)."),
+        (f"Per GPU at TP {tp}", format_intensity(rv.own_tp["attention_intensity_flop_per_byte"]),
+         "Query heads split over the TP ranks; the MLA latent is read whole by every rank."),
+        (f"Decode step at TP {tp}, time lower bound", format_seconds(step["step_time_s"]),
+         f"One GPU's share at TP {tp}: max(bytes / bandwidth, flops / peak); {step['bound']} bound."),
+        ("Tokens/s upper bound", f"{format_count(step['tokens_per_s'])} tokens/s",
+         f"batch / step time = {step['tokens_per_s']:,.2f} tokens/s, the {B:,} sequence(s) together."),
+        ("Ridge point (bf16 peak)", format_intensity(step["attention_ridge_flop_per_byte"]), ridge_help),
+        (f"Weights held per GPU at TP {tp}", format_bytes(step["weights_resident_bytes_per_gpu"]),
+         f"All parameters as {step['weights_dtype']}, / TP; one GPU has {format_bytes(gpu.memory_bytes)}."),
+    ]
+    # A slide shows one row of four (the ridge is drawn on the chart); the desk view shows all six.
+    rows = [metrics[:4]] if present else [[metrics[0], metrics[1], metrics[4]], [metrics[2], metrics[3], metrics[5]]]
+    for row in rows:
+        for col, (label, value, help_text) in zip(st.columns(len(row)), row):
+            col.metric(label, value, help=help_text)
     if not step["weights_fit_in_memory"]:
         _warn(f"At TP {tp} one GPU would hold {format_bytes(step['weights_resident_bytes_per_gpu'])} of weights, "
               f"more than its {format_bytes(gpu.memory_bytes)}: this step cannot run as set; raise TP (Roofline "
@@ -220,8 +224,12 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
     charts.style(fig, title=f"Decode attention on the {charts.plot_text(gpu_name)} roofline ({format_tokens(T)}, "
                             f"batch {B:,})",
                  x_title="arithmetic intensity (flop/B)", y_title="attainable performance (TFLOP/s)",
-                 log_x=True, log_y=True, present=present)
-    _legend_below(fig, rows=3)
+                 log_x=True, log_y=True, present=present, height=charts.slide_height(present))
+    if present:  # on a slide the legend sits beside the plot, not under it
+        fig.update_layout(legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top", "font": {"size": 15}},
+                          margin={"t": 60, "b": 10})
+    else:
+        _legend_below(fig, rows=3)
     charts.show(fig, "decode-roofline", key="_roofline_chart")
     if not present:
         st.caption("Filled markers: every query head on one GPU (TP 1, or DP-attention); the hollow marker is one "

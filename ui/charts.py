@@ -91,17 +91,26 @@ def show(fig, name: str, key: str | None = None) -> None:
 PRESENTATION_CSS = """
 <style>
 html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 2.7rem !important; line-height: 1.15; }
-[data-testid="stMetricLabel"] p { font-size: 1.3rem !important; }
+/* One slide per page at 1280 x 720: a slim frame, the header see-through above the title. */
+[data-testid="stHeader"] { background: transparent; }
+[data-testid="stMainBlockContainer"] { padding: 1.4rem 2rem 2rem 2rem !important; max-width: 100% !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 2.0rem !important; line-height: 1.15; }
+[data-testid="stMetricLabel"] p { font-size: 1.0rem !important; }
 /* Big numbers wrap instead of being cut to "1.49M to..." on a projector's narrower screen. */
 [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
-h1 { font-size: 2.7rem !important; }
-h2 { font-size: 2.4rem !important; }
-h3 { font-size: 1.9rem !important; }
-[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem; }
+h1 { font-size: 2.2rem !important; }
+h2 { font-size: 1.75rem !important; padding: 0 0 0.2rem 0 !important; }
+h3 { font-size: 1.5rem !important; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.0rem; }
 </style>
 """
+SLIDE_CHART_HEIGHT = 450  # px: title, one row of key numbers and this chart fill a 1280 x 720 screen
+
+
+def slide_height(present: bool) -> int | None:
+    """The height of a page's main chart: the slide's share in presentation mode, else the default."""
+    return SLIDE_CHART_HEIGHT if present else None
 
 
 def presentation_css() -> None:
