@@ -452,3 +452,233 @@ def measured_roof(bandwidth_GBps: float, matmul_TFLOPs: float, x_lo: float, x_hi
         return None
     x = (x_lo, g.ridge_flop_per_byte, x_hi)
     return x, tuple(attainable_flops(t, g, "bf16") for t in x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity page
+
+GMU_MIN = 0.01  # the page's gpu_memory_utilization floor; a link may carry anything in (0, 1]
+
+
+def parallel_fallback(num_gpus: int, tp: int, where: str = "Configuration 1") -> tuple[int, str | None]:
+    """(num_gpus to use, error): tp must divide num_gpus (MODEL.md); else one TP group is costed."""
+    if num_gpus % tp:
+        return tp, (f"{where}: tp ({tp}) must divide num_gpus ({num_gpus}). "
+                    f"Showing num_gpus = {tp} (one TP group) instead.")
+    return num_gpus, None
+
+
+def no_fit_reason(r: dict, gmu: float | None = None) -> str:
+    """Why a `capacity` result holds no KV cache: the weights, or the weights and the reserve."""
+    from .capacity import memory_breakdown
+    from .units import format_bytes
+
+    usable = format_bytes(r["usable_bytes_per_gpu"]) + " usable" + (
+        f" (gpu_memory_utilization {gmu:g} × {format_bytes(r['memory_bytes_per_gpu'])})" if gmu else "")
+    if r["weights_bytes_per_gpu"] >= r["usable_bytes_per_gpu"] or not r["reserve_bytes"]:
+        return f"Weights do not fit: {format_bytes(r['weights_bytes_per_gpu'])} needed per GPU, {usable}."
+    return (f"Weights and reserve do not fit: {format_bytes(r['weights_bytes_per_gpu'])} of weights and "
+            f"{format_bytes(r['reserve_bytes'])} of reserve per GPU, {usable} "
+            f"({format_bytes(memory_breakdown(r)['over'])} short).")
+
+
+def mode_name(dp_attention: bool, tp: int) -> str:
+    return "DP-attention" if dp_attention else f"TP{tp}"
+
+
+@dataclass(frozen=True)
+class CapacityView(_View):
+    """The Capacity page's headline: `by_mode` ({'tp': ..., 'dp': ...} `capacity.capacity`
+    dicts with DP-attention off and on), `main` (the one set), the inputs used after the
+    fallbacks (`num_gpus`, `tp`, `dp_attention`, `kv_dtype`, `gpu_memory_utilization`),
+    `kwargs` (the `capacity` arguments shared by the page's other sections), `errors` and
+    `warnings` (fallbacks taken), `no_fit` (why no KV fits, or '')."""
+
+    by_mode: dict
+    main: dict
+    num_gpus: int
+    tp: int
+    dp_attention: bool
+    kv_dtype: str
+    gpu_memory_utilization: float
+    kwargs: dict
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    no_fit: str = ""
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("by_mode", "main", "num_gpus", "tp", "dp_attention", "kv_dtype",
+                                           "gpu_memory_utilization", "errors", "warnings", "no_fit")}
+        return d
+
+
+def capacity_view(model: ModelSpec, gpu, *, context: int, num_gpus: int, tp: int, dp_attention: bool = False,
+                  kv_dtype: str = "auto", weights_dtype: str | None = None, gpu_memory_utilization: float = 0.9,
+                  block_size: int | None = None, reserve_bytes: int = 0) -> CapacityView:
+    """`capacity.capacity` with DP-attention off and on, after the page's fallbacks: tp not
+    dividing num_gpus costs one TP group; gpu_memory_utilization below GMU_MIN is raised to it;
+    fp8_ds_mla on a non-MLA model is fp8. Raises MLAError on inputs the core refuses."""
+    from .capacity import capacity
+
+    errors, warnings = [], []
+    if gpu_memory_utilization < GMU_MIN:
+        warnings.append(f"gpu_memory_utilization {gpu_memory_utilization:g} is below {GMU_MIN}; {GMU_MIN} is used.")
+        gpu_memory_utilization = GMU_MIN
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        warnings.append(warning)
+    limit = context_limit_warning(model, context)
+    if limit:
+        warnings.append(limit)
+    n, err = parallel_fallback(num_gpus, tp)
+    if err:
+        errors.append(err)
+    kwargs = dict(context=context, weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization,
+                  block_size=block_size, reserve_bytes=reserve_bytes, gpu=gpu, num_gpus=n, tp=tp, kv_dtype=dtype)
+    by_mode = {"tp": capacity(model, dp_attention=False, **kwargs), "dp": capacity(model, dp_attention=True, **kwargs)}
+    main = by_mode["dp" if dp_attention else "tp"]
+    return CapacityView(by_mode, main, n, tp, dp_attention, dtype, gpu_memory_utilization, kwargs, tuple(errors),
+                        tuple(warnings), "" if main["weights_fit"] else no_fit_reason(main, gpu_memory_utilization))
+
+
+def memory_bars(results: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """[(name, `capacity.memory_breakdown(result)`)] for the memory-per-GPU chart."""
+    from .capacity import memory_breakdown
+
+    return [(name, memory_breakdown(r)) for name, r in results]
+
+
+@dataclass(frozen=True)
+class CapacityVariants(_View):
+    """The same model costed as MHA, GQA, MQA and MLA: `rows` (`capacity.capacity_variants`)
+    and one `Series` of whole concurrent requests against context per row (`y_here` at the
+    chosen context)."""
+
+    rows: tuple[dict, ...]
+    series: tuple[Series, ...]
+    gqa_groups: int | None
+
+
+def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: int = 0) -> CapacityVariants:
+    """`capacity_variants` with the headline's inputs, and each row's requests against context
+    (`sweeps.concurrent_requests_vs_context` over `sweep_contexts`). A GQA group count that does
+    not divide n_h takes the default."""
+    from .capacity import capacity_variants
+    from .sweeps import concurrent_requests_vs_context
+
+    groups = gqa_groups if gqa_groups in gqa_group_choices(model) else None
+    kw = view.kwargs
+    rows = capacity_variants(model, dp_attention=view.dp_attention, gqa_groups=groups, **kw)
+    specs = variant_specs(model, view.kv_dtype, gqa_groups=groups)
+    xs = sweep_contexts(kw["context"])
+    x = tuple(int(t) for t in xs)
+    series = []
+    for r, (label, spec, layout, dtype) in zip(rows, specs):
+        n = concurrent_requests_vs_context(spec, xs, r["kv_budget_bytes_per_gpu"], replicas=r["replicas"],
+                                           kv_dtype=dtype, cache_layout=layout, block_size=r["block_size"],
+                                           tp=view.tp, dp_attention=view.dp_attention)
+        series.append(Series(label, x, tuple(int(c) for c in n), kw["context"], r["max_concurrent_requests"],
+                             r["is_model"]))
+    return CapacityVariants(tuple(rows), tuple(series), groups)
+
+
+@dataclass(frozen=True)
+class AllocatorWaste(_View):
+    """An MHA-formula allocator against the latent (`capacity.allocator_waste`), for TP and
+    DP-attention (`by_mode`), the one set (`main`), and the query heads per GPU each way."""
+
+    by_mode: dict
+    main: dict
+    heads_tp: int
+    heads_dp: int
+
+
+def allocator_waste_view(model: ModelSpec, view: CapacityView) -> AllocatorWaste | None:
+    """None for a model without MLA (its allocator already uses the per-KV-head formula)."""
+    from .capacity import allocator_waste
+    from .kv import heads_per_gpu
+
+    if not model.is_mla:
+        return None
+    by_mode = {m: allocator_waste(model, dp_attention=m == "dp", **view.kwargs) for m in ("tp", "dp")}
+    n_h = model.attention.num_attention_heads
+    return AllocatorWaste(by_mode, by_mode["dp" if view.dp_attention else "tp"], heads_per_gpu(n_h, view.tp),
+                          heads_per_gpu(n_h, view.tp, True))
+
+
+def capacity_across_gpus(model: ModelSpec, view: CapacityView, gpus) -> list[tuple[object, dict, dict | None]]:
+    """[(gpu, capacity, MHA-formula capacity or None)] on each of `gpus` with the headline's
+    other inputs; a GPU the core refuses is left out."""
+    from .capacity import allocator_waste, capacity
+
+    kw = {k: val for k, val in view.kwargs.items() if k != "gpu"}
+    out = []
+    for g in gpus:
+        try:
+            r = capacity(model, gpu=g, dp_attention=view.dp_attention, **kw)
+            e = allocator_waste(model, gpu=g, dp_attention=view.dp_attention, **kw)["expanded"] if model.is_mla else None
+        except MLAError:
+            continue
+        out.append((g, r, e))
+    return out
+
+
+@dataclass(frozen=True)
+class Configuration(_View):
+    """A comparison configuration: its `result` (`capacity.capacity`, or None when refused),
+    the inputs used, and `messages` ((level, text) pairs)."""
+
+    i: int
+    model: object
+    gpu: object
+    num_gpus: int
+    tp: int
+    dp_attention: bool
+    result: dict | None
+    messages: tuple[tuple[str, str], ...] = ()
+    no_fit: str = ""
+
+    def to_dict(self) -> dict:
+        return {"i": self.i, "model": getattr(self.model, "name", None), "gpu": getattr(self.gpu, "id", None),
+                "num_gpus": self.num_gpus, "tp": self.tp, "dp_attention": self.dp_attention, "result": self.result,
+                "messages": self.messages, "no_fit": self.no_fit}
+
+
+def configuration(i: int, model: ModelSpec, gpu, view: CapacityView, *, num_gpus: int, tp: int,
+                  dp_attention: bool, kv_dtype: str) -> Configuration:
+    """Configuration `i` of the comparison: its own model, GPU, parallelism and KV dtype, the
+    headline's context, gpu_memory_utilization, reserve, weights dtype and block size."""
+    from .capacity import capacity
+
+    messages = []
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        messages.append(("warning", warning))
+    n, err = parallel_fallback(num_gpus, tp, f"Configuration {i}")
+    if err:
+        messages.append(("error", err))
+    kw = {k: view.kwargs[k] for k in ("context", "weights_dtype", "gpu_memory_utilization", "block_size",
+                                      "reserve_bytes")}
+    try:
+        r = capacity(model, gpu=gpu, num_gpus=n, tp=tp, dp_attention=dp_attention, kv_dtype=dtype, **kw)
+    except MLAError as e:
+        messages.append(("error", str(e)))
+        r = None
+    return Configuration(i, model, gpu, n, tp, dp_attention, r, tuple(messages),
+                         no_fit_reason(r) if r is not None and not r["weights_fit"] else "")
+
+
+def configurations_by_context(configs: list[Configuration], context: int) -> tuple[tuple[int, ...], list[tuple]]:
+    """(contexts, [(configuration, requests at each)]): whole concurrent requests of each
+    configuration at 4K, 32K, 128K and the chosen context (`sweeps.concurrent_requests_vs_context`)."""
+    from .sweeps import concurrent_requests_vs_context
+
+    contexts = tuple(sorted({4096, 32768, 131072, context}))
+    out = []
+    for c in configs:
+        r = c.result
+        n = concurrent_requests_vs_context(c.model, contexts, r["kv_budget_bytes_per_gpu"], replicas=r["replicas"],
+                                           kv_dtype=r["kv_dtype"], cache_layout="latent",
+                                           block_size=r["block_size"], tp=c.tp, dp_attention=c.dp_attention)
+        out.append((c, tuple(int(x) for x in n)))
+    return contexts, out

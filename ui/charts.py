@@ -100,12 +100,12 @@ html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
 [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 h1 { font-size: 2.2rem !important; }
-h2 { font-size: 1.75rem !important; padding: 0 0 0.2rem 0 !important; }
+h2 { font-size: 1.6rem !important; padding: 0 0 0.2rem 0 !important; }
 h3 { font-size: 1.5rem !important; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.0rem; }
 </style>
 """
-SLIDE_CHART_HEIGHT = 450  # px: title, one row of key numbers and this chart fill a 1280 x 720 screen
+SLIDE_CHART_HEIGHT = 420  # px: title, one row of key numbers and this chart fill a 1280 x 720 screen
 
 
 def slide_height(present: bool) -> int | None:
