@@ -682,3 +682,39 @@ def configurations_by_context(configs: list[Configuration], context: int) -> tup
                                            block_size=r["block_size"], tp=c.tp, dp_attention=c.dp_attention)
         out.append((c, tuple(int(x) for x in n)))
     return contexts, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Published-figures page
+
+@dataclass(frozen=True)
+class ClaimsView(_View):
+    """The published-figures page: `summary` (`claims.summarize` of every claim), `shown` (the
+    claims the filters keep), `plotted` (those with positive stated and recomputed figures),
+    `diagonal` (the chart's x = y line ends), `differing` (shown claims whose figure differs)
+    and `titles` (seed id -> document title)."""
+
+    summary: dict
+    shown: tuple[dict, ...]
+    plotted: tuple[dict, ...]
+    diagonal: tuple[float, float]
+    differing: tuple[dict, ...]
+    titles: dict
+
+
+def claims_view(claims: list[dict], *, topics=(), verdicts=(), sources=()) -> ClaimsView:
+    """Filter evaluated claims (`claims.evaluate_all`) by topic, verdict and source seed (an empty
+    filter keeps all) and summarise them for the page."""
+    from .claims import summarize
+
+    def keep(c: dict) -> bool:
+        return all(not chosen or value in chosen for chosen, value in (
+            (topics, c["topic"]), (verdicts, c["verdict"]), (sources, c["source"]["seed"])))
+
+    shown = tuple(c for c in claims if keep(c))
+    plotted = tuple(c for c in shown if c["computed"] > 0 and c["stated"]["value"] > 0)
+    values = [x for c in plotted for x in (c["computed"], c["stated"]["value"])]
+    diagonal = (min(values) / 2, max(values) * 2) if values else (1.0, 1.0)
+    titles = {c["source"]["seed"]: c["source"].get("title", c["source"]["seed"]) for c in claims}
+    return ClaimsView(summarize(claims), shown, plotted, diagonal,
+                      tuple(c for c in shown if c["verdict"] == "differs"), titles)
