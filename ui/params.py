@@ -163,6 +163,7 @@ class Param:
     default: Any
     parse: Callable[[str], Any]
     help: str = ""
+    url: bool = True  # False: kept across pages in the session, never read from or written to a link
 
     def to_text(self, value) -> str:
         if isinstance(value, (list, tuple)):
@@ -229,6 +230,15 @@ _P = [
         Param(f"cmp{i}_kv_dtype", "auto", choice_parser(f"cmp{i}_kv_dtype", KV_DTYPES)),
     )],
 ]
+# Widget keys kept across pages for the session only (a run's settings, the shown run, a toggle):
+# never in a link. Default None: not set until the page seeds it.
+SESSION_KEYS = (
+    "_bench_device", "_bench_dtype", "_bench_quick", "_bench_batch", "_bench_context", "_bench_heads", "_bench_gqa",
+    "_bench_kernels", "_bench_reps", "_bench_stream_mib", "_bench_matmul_n", "_bench_budget_s", "_bench_label",
+    "_bench_show", "_bench_compare", "_bench_cmp_by_shape", "_bench_cmp_metric", "_bench_selected",
+    "_bench_import_label", "_measured_samples", "_step_variants", "_paste",
+)
+_P += [Param(key, None, str, "session only", url=False) for key in SESSION_KEYS]
 PARAMS: dict[str, Param] = {p.key: p for p in _P}
 
 
@@ -248,7 +258,7 @@ def parse_query(query) -> tuple[dict[str, Any], list[str]]:
             raw = raw[-1] if raw else ""
         text = str(raw)
         param = PARAMS.get(key)
-        if param is None:
+        if param is None or not param.url:
             warnings.append(f"Ignored unknown link parameter {_short(key)}.")
             continue
         if len(text) > MAX_PARAM_CHARS:
@@ -268,7 +278,7 @@ def to_query(values: dict[str, Any]) -> dict[str, str]:
     out = {}
     for key, param in PARAMS.items():
         value = values.get(key, param.default)
-        if value == param.default or (isinstance(value, (list, tuple)) and list(value) == list(param.default or [])):
+        if not param.url or value == param.default or (isinstance(value, (list, tuple)) and list(value) == list(param.default or [])):
             continue
         out[key] = param.to_text(value)
     return out
