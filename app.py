@@ -46,7 +46,7 @@ with st.sidebar:
                  help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
                       "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
     whatif.context_control()
-    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
+    whatif.batch_control()
     gpu_labels = models.gpu_labels()
     st.selectbox("GPU", list(gpu_labels), key="gpu", format_func=lambda k: gpu_labels.get(k, k))
     st.toggle("Presentation mode", key="present",

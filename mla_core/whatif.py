@@ -11,7 +11,8 @@ in use and the stops a slider offers (always including both), so the page holds 
 
 `CONTEXT_STOPS` are the context sizes a context slider snaps to: powers of two from 1K (1,024)
 to 1M (2^20 = 1,048,576) tokens, then 2M, 4M and 10M (10 x 2^20 = 10,485,760, Llama-4-Scout's
-max_position_embeddings). Any other count is typed in the number box beside the slider.
+max_position_embeddings). `BATCH_STOPS` are the batch slider's: powers of two from 1 to 4,096.
+Any other count is typed in the number box beside the slider.
 """
 from __future__ import annotations
 
@@ -49,13 +50,19 @@ _STOPS = {
 }
 
 CONTEXT_STOPS: tuple[int, ...] = (*(1 << k for k in range(10, 21)), 2 << 20, 4 << 20, 10 << 20)
+BATCH_STOPS: tuple[int, ...] = tuple(1 << k for k in range(0, 13))  # 1, 2, 4, ... 4,096 sequences
+
+
+def nearest_stop(value: int, stops: tuple[int, ...] = CONTEXT_STOPS, name: str = "context") -> int:
+    """The stop nearest `value` on a log scale (a slider's position for a typed count; ties go
+    to the smaller stop). Raises MLAError for a value that is not a positive whole number."""
+    check_int(name, value, maximum=10**18)
+    return min(stops, key=lambda s: (abs(math.log(value / s)), s))
 
 
 def nearest_context_stop(context: int) -> int:
-    """The stop of CONTEXT_STOPS nearest `context` on a log scale (the slider's position for a
-    typed count). Raises MLAError for a count that is not a positive whole number."""
-    check_int("context", context, maximum=10**18)
-    return min(CONTEXT_STOPS, key=lambda s: (abs(math.log(context / s)), s))
+    """`nearest_stop` over CONTEXT_STOPS."""
+    return nearest_stop(context, CONTEXT_STOPS)
 
 
 def own_values(model: ModelSpec) -> dict[str, int | None]:

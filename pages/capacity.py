@@ -66,7 +66,7 @@ def deployment(model):
                      help="auto = the model's default: fp8 for fp8 checkpoints (quantization_config), else "
                           "torch_dtype.")
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("gpu_memory_utilization", GMU_MIN, 1.0, step=0.01, format="%.2f", key="gpu_memory_utilization",
+        c1.slider("gpu_memory_utilization", GMU_MIN, 1.0, step=0.01, format="%.2f", key="gpu_memory_utilization",
                         help="vLLM's meaning: the fraction of each GPU's memory the engine may use for weights, "
                              "KV cache and the reserve. The rest is left alone (headroom).")
         c2.number_input("GPU memory, GiB (0 = the preset's)", 0.0, 1e6, step=1.0, format="%.2f", key="gpu_memory_gib",

@@ -226,7 +226,8 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
                  x_title="arithmetic intensity (flop/B)", y_title="attainable performance (TFLOP/s)",
                  log_x=True, log_y=True, present=present, height=charts.slide_height(present))
     if present:  # on a slide the legend sits beside the plot, not under it
-        fig.update_layout(legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top", "font": {"size": 15}},
+        fig.update_layout(legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top", "font": {"size": 13},
+                                      "tracegroupgap": 2},
                           margin={"t": 60, "b": 10})
     else:
         _legend_below(fig, rows=3)

@@ -176,7 +176,8 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
                      x_title="arithmetic intensity (flop/B)", y_title="performance (TFLOP/s)", log_x=True,
                      log_y=True, present=present, height=charts.slide_height(slide))
         if slide:  # on a slide the legend sits beside the plot
-            fig.update_layout(legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top", "font": {"size": 15}},
+            fig.update_layout(legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top", "font": {"size": 13},
+                                      "tracegroupgap": 2},
                               margin={"t": 60, "b": 10})
         else:
             fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},

@@ -6,9 +6,9 @@ URL keeps `wi_<name>` (0 / empty: the model's own value); each slider has a widg
 own (`_wi_<name>`) that is set from the URL value before it is drawn, so a slider always starts
 from the model's value, a new model starts clean, and Reset puts every slider back.
 
-Context: a `select_slider` over `CONTEXT_STOPS` (a log scale: each step doubles) and a number
-box for any count, kept consistent: the slider sets the count, a typed count moves the slider to
-its nearest stop.
+Context and batch: a `select_slider` over `CONTEXT_STOPS` / `BATCH_STOPS` (a log scale: each
+step doubles) and a number box for any count, kept consistent: the slider sets the count, a
+typed count moves the slider to its nearest stop.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import streamlit as st
 
 from mla_core.spec import ModelSpec
 from mla_core.units import format_tokens
-from mla_core.whatif import CONTEXT_STOPS, WHAT_IF_FIELDS, WhatIfPanel, nearest_context_stop, what_if_panel
+from mla_core.whatif import (BATCH_STOPS, CONTEXT_STOPS, WHAT_IF_FIELDS, WhatIfPanel, nearest_stop,
+                            what_if_panel)
 
 from . import params, state
 from .text import escape_md
@@ -25,6 +26,7 @@ KEYS = {field: f"wi_{short}" for field, short, _, _ in WHAT_IF_FIELDS}
 DTYPE_KEY = "wi_kv_dtype"
 ALL_KEYS = (*KEYS.values(), DTYPE_KEY)
 CONTEXT_SLIDER = "_context_stop"
+BATCH_SLIDER = "_batch_stop"
 
 
 def overrides(v: dict) -> dict[str, int | None]:
@@ -76,8 +78,8 @@ def draw(model: ModelSpec, p: WhatIfPanel, v: dict, *, expanded: bool = True) ->
         st.warning(escape_md(f"What-if not applied: {p.error}", 400))
 
 
-def _context_from_slider() -> None:
-    state.set_values(context=int(st.session_state[CONTEXT_SLIDER]))
+def _from_slider(key: str, slider: str) -> None:
+    state.set_values(**{key: int(st.session_state[slider])})
 
 
 def context_control() -> None:
@@ -85,11 +87,24 @@ def context_control() -> None:
     beside it and a number box for any value (state key `context`)."""
     ss = st.session_state
     context = int(ss["context"])
-    ss[CONTEXT_SLIDER] = nearest_context_stop(context)
+    ss[CONTEXT_SLIDER] = nearest_stop(context, CONTEXT_STOPS)
     st.select_slider("Context, tokens per sequence", CONTEXT_STOPS, key=CONTEXT_SLIDER,
-                     on_change=_context_from_slider, format_func=lambda t: format_tokens(t).split()[0],
+                     on_change=_from_slider, args=("context", CONTEXT_SLIDER),
+                     format_func=lambda t: format_tokens(t).split()[0],
                      help="Each step doubles (a log scale), then 2M, 4M and 10M; type any count below.")
     st.number_input("Exact context (tokens)", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024, key="context",
                     help="T: tokens held per sequence. Any whole number up to 10^15.")
     st.caption(f"T = **{context:,}** tokens ({format_tokens(context)})"
                + ("" if context in CONTEXT_STOPS else "; the slider shows the nearest stop"))
+
+
+def batch_control() -> None:
+    """The sidebar's batch: a log-scale slider over BATCH_STOPS and a number box for any count
+    (state key `batch`)."""
+    ss = st.session_state
+    batch = int(ss["batch"])
+    ss[BATCH_SLIDER] = nearest_stop(batch, BATCH_STOPS, "batch")
+    st.select_slider("Batch, sequences", BATCH_STOPS, key=BATCH_SLIDER, on_change=_from_slider,
+                     args=("batch", BATCH_SLIDER), format_func=lambda b: f"{b:,}",
+                     help="Each step doubles; type any count below.")
+    st.number_input("Exact batch (sequences)", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
