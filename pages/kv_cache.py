@@ -73,9 +73,15 @@ def _start_from_current():
 
 
 def model_source():
-    """Where the model comes from besides the sidebar's presets (widgets only)."""
-    with st.expander("Model: upload or paste a config.json, or set the architecture by hand",
-                     expanded=(v["model"] in (params.CUSTOM, params.UPLOAD)) and not present):
+    """Where the model comes from besides the sidebar's presets (widgets only). Drawn when the
+    toggle is on (or the model already is an upload or set by hand): the uploader, the text box
+    and the ten inputs cost a fifth of a rerun, so a slider move does not pay for them."""
+    if v["model"] in (params.CUSTOM, params.UPLOAD) and st.session_state.get("_own_model") is None:
+        st.session_state["_own_model"] = True
+    if not st.toggle("Bring your own model: upload or paste a config.json, or set the architecture by hand",
+                     key="_own_model"):
+        return
+    with st.container(border=True):
         tab_up, tab_paste, tab_hand = st.tabs(["Upload config.json", "Paste config.json", "Set by hand"])
         with tab_up:
             st.file_uploader("A Hugging Face config.json (at most 1 MB)", type=["json"], key="_upload",

@@ -286,26 +286,25 @@ def step_chart(model, gpu, kv_dtype, rv):
     except MLAError as e:
         st.error(escape_md(str(e), 400))
         return
-    crossover, bx = sw.crossover, list(sw.batches)
+    crossover, bx = sw.crossover, np.asarray(sw.batches)
     fig_t, fig_r = go.Figure(), go.Figure()
-    for label, mine, s in sw.lines:
+    for label, mine, s in sw.lines:  # plain dicts over numpy arrays: Plotly validates them far quicker
         name = label + (" (this model)" if mine else "")
-        width = (4 if present else 3) if mine else (3 if present else 1.8)
-        custom = [[format_seconds(t), f"{format_count(r)} tokens/s", "compute" if c else "memory"]
-                  for t, r, c in zip(s["step_time_s"], s["tokens_per_s"], s["compute_bound"])]
+        line = {"color": charts.color_for(label), "width": (4 if present else 3) if mine else (3 if present else 1.8)}
+        custom = np.array([[format_seconds(t), f"{format_count(r)} tokens/s", "compute" if c else "memory"]
+                           for t, r, c in zip(s["step_time_s"], s["tokens_per_s"], s["compute_bound"])], dtype=object)
         hover = (f"{name}<br>batch %{{x:,}}<br>step %{{customdata[0]}}<br>%{{customdata[1]}}<br>"
                  "%{customdata[2]} bound<extra></extra>")
-        fig_t.add_trace(go.Scatter(x=bx, y=np.asarray(s["step_time_s"]) * 1e3, mode="lines", name=name,
-                                   customdata=custom, line={"color": charts.color_for(label), "width": width},
-                                   hovertemplate=hover))
-        fig_r.add_trace(go.Scatter(x=bx, y=s["tokens_per_s"], mode="lines", name=name, customdata=custom,
-                                   line={"color": charts.color_for(label), "width": width}, hovertemplate=hover))
+        fig_t.add_trace(dict(type="scatter", x=bx, y=np.asarray(s["step_time_s"]) * 1e3, mode="lines", name=name,
+                             customdata=custom, line=line, hovertemplate=hover))
+        fig_r.add_trace(dict(type="scatter", x=bx, y=np.asarray(s["tokens_per_s"]), mode="lines", name=name,
+                             customdata=custom, line=line, hovertemplate=hover))
         if mine:
             for part, key, dash in (("memory time (bytes / bandwidth)", "memory_time_s", "dash"),
                                     ("compute time (flops / peak)", "compute_time_s", "dot")):
-                fig_t.add_trace(go.Scatter(x=bx, y=np.asarray(s[key]) * 1e3, mode="lines", name=part,
-                                           line={"color": "#777777", "dash": dash, "width": 2},
-                                           hovertemplate=f"{part}<br>batch %{{x:,}}: %{{y:.4g}} ms<extra></extra>"))
+                fig_t.add_trace(dict(type="scatter", x=bx, y=np.asarray(s[key]) * 1e3, mode="lines", name=part,
+                                     line={"color": "#777777", "dash": dash, "width": 2},
+                                     hovertemplate=f"{part}<br>batch %{{x:,}}: %{{y:.4g}} ms<extra></extra>"))
     # Vertical markers as traces: on log axes Plotly puts shape labels (annotations) in log units.
     for f, key, scale in ((fig_t, "step_time_s", 1e3), (fig_r, "tokens_per_s", 1)):
         ys = [y * scale for _, _, s in sw.lines for y in (min(s[key]), max(s[key]))]
@@ -342,7 +341,7 @@ def step_chart(model, gpu, kv_dtype, rv):
         f"= max(bytes / bandwidth, flops / peak at the weights' dtype, {format_rate(step['peak_flops'], 'FLOP/s')}). "
         "Bounds, not an engine's speed: activations, kernel launches and communication are left out. "
         + (f"The step turns compute bound at batch {crossover:,}." if crossover is not None
-           else f"Memory bound at every batch shown (up to {bx[-1]:,})."))
+           else f"Memory bound at every batch shown (up to {int(bx[-1]):,})."))
 
 
 def tp_chart(model, gpu, kv_dtype, rv):
