@@ -288,3 +288,21 @@ def what_if_panel(model: ModelSpec, kv_dtype: str = "auto", kv_dtype_override: s
         changed += ("kv_dtype",)
     return WhatIfPanel(controls, dtypes, kv_dtype_in_use(new, kv_dtype, override), new, changed,
                        kv_dtype_in_use(new, kv_dtype), error)
+
+
+def hand_set_values(model: ModelSpec) -> dict[str, int | str]:
+    """The KV page's "set by hand" fields for `model` (attention kind, layers, heads, head dim,
+    KV heads, d_c, d_r), each within the form's bounds (layers <= 1000, widths <= 1024, d_c <=
+    16384): the form starts from the current model. For MLA, head_dim is d_nope (the paper's d_h)."""
+    own = own_values(model)
+    out: dict[str, int | str] = {
+        "attention": model.kind,
+        "layers": min(own["num_hidden_layers"], 1000),
+        "heads": min(own["num_attention_heads"], 1024),
+        "head_dim": min(own["head_dim"], 1024),
+    }
+    if model.kind == "gqa":
+        out["kv_heads"] = own["num_key_value_heads"]
+    if model.is_mla:
+        out.update(kv_lora_rank=min(own["kv_lora_rank"], 16384), rope_dim=min(own["qk_rope_head_dim"], 1024))
+    return out

@@ -4,7 +4,7 @@ Sections, each drawing what one core call returns (mla_core.views over mla_core.
 mla_core.sweeps): `deployment` (widgets), `headline` (views.capacity_view), `memory_chart`
 (views.memory_bars), `variants` (views.capacity_variants_view), `allocator` (views.allocator_waste_view),
 `across_gpus` (views.capacity_across_gpus) and `compare` (views.configuration,
-views.configurations_by_context). Definitions: docs/ (MODEL), "Capacity per GPU". In presentation
+views.configurations_by_context). Definitions: MODEL.md, "Capacity per GPU". In presentation
 mode the page is one slide: title, key numbers and requests against context first.
 """
 import numpy as np
@@ -330,8 +330,8 @@ def across_gpus(model, cv):
     x_names = [f"<b>{g.name}</b>" if g.id == v["gpu"] else g.name for g, _, _ in presets]
     fig = go.Figure()
     traces = [(f"{model.kind.upper()}" + (" latent" if model.is_mla else "") + " (this model)",
-               "MLA" if model.is_mla else model.kind.upper(), [r for _, r, _ in presets])]
-    if model.is_mla:
+               model.kind.upper(), [r for _, r, _ in presets])]
+    if presets and presets[0][2] is not None:  # an MLA model: what the MHA formula would admit
         traces.append(("MHA-formula allocator", "MLA expanded", [e for _, _, e in presets]))
     for k, (name, color_key, results) in enumerate(traces):
         fig.add_trace(go.Bar(

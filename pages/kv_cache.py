@@ -15,6 +15,7 @@ from mla_core.errors import MLAError
 from mla_core.presets import model_ids
 from mla_core.units import GiB, format_bytes, format_tokens
 from mla_core.views import kv_summary, kv_sweep, kv_variants
+from mla_core.whatif import hand_set_values
 from ui import charts, models, params, state, text, whatif
 from ui.text import escape_md
 
@@ -61,15 +62,8 @@ def _use_by_hand():
 
 def _start_from_current():
     m, _ = models.resolve_model(state.values())
-    a = m.attention
-    kw = dict(attention=m.kind, layers=min(m.num_hidden_layers, 1000), heads=min(a.num_attention_heads, 1024),
-              head_dim=min(a.head_dim, 1024))
-    if m.kind == "gqa":
-        kw["kv_heads"] = a.num_key_value_heads
-    if m.is_mla:
-        kw.update(kv_lora_rank=a.kv_lora_rank, rope_dim=a.qk_rope_head_dim)
     whatif.reset()
-    state.set_values(model=params.CUSTOM, **kw)
+    state.set_values(model=params.CUSTOM, **hand_set_values(m))
 
 
 def model_source():
