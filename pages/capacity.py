@@ -91,10 +91,8 @@ def headline(model, gpu):
     except MLAError as e:
         st.error(escape_md(str(e), 400))
         return None
-    for w in cv.warnings:
-        st.warning(escape_md(w, 400))
-    for e in cv.errors:
-        st.error(escape_md(e, 400))
+    if not present:  # a slide shows them below its chart
+        messages(cv)
     main, tp, dp, num_gpus = cv.main, cv.tp, cv.dp_attention, cv.num_gpus
     mode = mode_name(dp, tp)
     if present:  # one line on a slide
@@ -129,6 +127,13 @@ def headline(model, gpu):
               help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                    "(TP ranks of one replica hold the same tokens).")
     return cv
+
+
+def messages(cv):
+    for w in cv.warnings:
+        st.warning(escape_md(w, 400))
+    for e in cv.errors:
+        st.error(escape_md(e, 400))
 
 
 def details(model, gpu, cv):
@@ -459,6 +464,7 @@ if cv is None:
 configs = other_configurations(cv)
 if present:  # the slide: title, key numbers, requests against context; the rest follows
     variants(model, gpu, cv, chart_only=True)
+    messages(cv)
     deployment(model)
     details(model, gpu, cv)
     variants(model, gpu, cv, table_only=True)

@@ -119,7 +119,7 @@ def second_model_picker():
     return models.preset(v["kv_model2"]) if v["kv_model2"] else None
 
 
-def summary(model, kv_dtype, *, columns: int = 4, tag: str = ""):
+def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int, ...] = (0, 1, 2, 3)):
     """The model's headline numbers (views.kv_summary); returns the summary, or None when the
     core refuses the inputs (the error is shown)."""
     try:
@@ -127,8 +127,11 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = ""):
     except MLAError as e:
         text.error(e)
         return None
-    for w in s.warnings:
-        text.warning(w)
+    if present:  # on a slide the warnings follow the chart
+        DEFERRED.extend(s.warnings)
+    else:
+        for w in s.warnings:
+            text.warning(w)
     r = s.report
     st.caption(f"**{escape_md(s.model)}**: {s.kind.upper()}, {s.shape}; KV stored as {r['kv_dtype']}"
                + (f", {s.sliding_layers} sliding-window layers" if s.sliding_layers else ""))
@@ -141,7 +144,8 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = ""):
         ("Per sequence", r["kv_cache_bytes_per_sequence"], f"one sequence of {T:,} tokens"),
         (f"Batch of {B:,}", r["kv_cache_bytes"], f"{B:,} sequences of {T:,} tokens"),
     ]
-    for i in range(0, 4, columns):
+    metrics = [metrics[i] for i in only]
+    for i in range(0, len(metrics), columns):
         for col, (label, n, what) in zip(st.columns(columns), metrics[i:i + columns]):
             col.metric(label + tag, format_bytes(n), help=f"{n:,} B: {what}")
     return s
@@ -236,16 +240,20 @@ def context_chart(model, kv_dtype, second=None):
 
 
 # --- the page -------------------------------------------------------------------------------------------
+DEFERRED: list[str] = []  # warnings a slide shows below its chart
+
+
 def summaries(model, kv_dtype, second):
     """One column per model: the chosen (what-if) model, and the second model when picked."""
     if second is None:
         summary(model, kv_dtype)
         return
+    only = (0, 2) if present else (0, 1, 2, 3)  # a slide keeps one row: per token and per sequence
     c1, c2 = st.columns(2)
     with c1:
-        summary(model, kv_dtype, columns=2)
+        summary(model, kv_dtype, columns=2, only=only)
     with c2:
-        summary(second, v["kv_dtype"], columns=2, tag=", second model")
+        summary(second, v["kv_dtype"], columns=2, tag="" if present else ", second model", only=only)
 
 
 base = models.current_model()
@@ -257,6 +265,8 @@ charts.page_title("KV cache", "MLA against MHA, GQA and MQA", model.name, T,
 if present:  # one slide: key numbers and the chart first, the controls below it
     summaries(model, kv_dtype, second)
     context_chart(model, kv_dtype, second)
+    for w in dict.fromkeys(DEFERRED):
+        text.warning(w)
     whatif.draw(base, wi, v, expanded=False)
     variants(model, kv_dtype)
     with st.expander("Second model", expanded=False):

@@ -126,8 +126,9 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets):
     except MLAError as e:
         st.error(escape_md(str(e), 400))
         return None
-    for w in rv.warnings:
-        _warn(w)
+    if not present:  # a slide shows them below its chart
+        for w in rv.warnings:
+            _warn(w)
     step = rv.step
     if not present:
         st.caption(f"**{escape_md(model.name)}** ({model.kind.upper()}) on **{escape_md(gpu_name)}**: "
@@ -426,7 +427,9 @@ rv = summary(model, gpu, gpu_name, kv_dtype, measured_sets)
 if rv is None:
     st.stop()
 roofline_chart(rv, gpu, gpu_name, measured_sets)
-if present:  # the slide is above; its controls follow
+if present:  # the slide is above; its warnings and controls follow
+    for w in rv.warnings:
+        _warn(w)
     settings(model, g)
     whatif.draw(base, wi, v, expanded=False)
     sample_picker()

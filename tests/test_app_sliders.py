@@ -149,3 +149,14 @@ def test_tp_is_one_setting_shared_by_capacity_and_roofline():
     assert "shared with the Capacity page" in next(n.label for n in at.number_input if n.key == "tp")
     assert metric(at, "Per GPU at TP 4") == format_intensity(
         decode_attention(load_model("deepseek-v3"), 131072, 1, tp=4)["attention_intensity_flop_per_byte"])
+
+
+def test_start_from_the_current_model_then_use_it_by_hand():
+    from apptest_util import own_model
+
+    at = own_model(run_page(KV, model="deepseek-v3", kv_dtype="bf16"))
+    at.button[[b.label for b in at.button].index("Start from the current model")].click().run()
+    at.button[[b.label for b in at.button].index("Use this architecture")].click().run()
+    no_exceptions(at)
+    assert at.session_state["model"] == "custom"
+    assert metric(at, "KV bytes per token") == format_bytes(70272)  # DeepSeek-V3's latent, rebuilt by hand
