@@ -13,7 +13,7 @@ from mla_core.presets import load_gpu, load_model, model_entries
 from mla_core.roofline import roofline
 from mla_core.views import (capacity_view, context_limit_warning, kv_summary, kv_sweep, kv_variants, roofline_view,
                             step_sweep)
-from mla_core.whatif import (BATCH_STOPS, CONTEXT_STOPS, nearest_context_stop, nearest_stop, own_values, what_if,
+from mla_core.whatif import (BATCH_STOPS, CONTEXT_STOPS, nearest_context_stop, nearest_stop, what_if,
                              what_if_controls, what_if_kv_dtypes, what_if_panel)
 
 
