@@ -189,11 +189,11 @@ def memory_chart(cv, configs):
     names = [_plot_text(name) for name, _ in split]
     fig = go.Figure()
     for key, label, color in PARTS:
-        fig.add_trace(go.Bar(
+        fig.add_trace(dict(type="bar",
             x=names, y=[s[key] / GiB for _, s in split], name=label, marker_color=color,
             customdata=[_exact(s[key]) for _, s in split],
             hovertemplate=f"%{{x}}<br>{label}: %{{customdata}}<extra></extra>"))
-    fig.add_trace(go.Scatter(
+    fig.add_trace(dict(type="scatter",
         x=names, y=[s["memory"] / GiB for _, s in split], mode="markers", name="memory per GPU",
         marker={"symbol": "line-ew", "size": 60, "line": {"width": 3, "color": "#000000"}},
         customdata=[[_exact(s["memory"]), "" if not s["over"] else f"<br>weights do not fit: over by {_exact(s['over'])}"]
@@ -339,7 +339,7 @@ def across_gpus(model, cv):
     if presets and presets[0][2] is not None:  # an MLA model: what the MHA formula would admit
         traces.append(("MHA-formula allocator", "MLA expanded", [e for _, _, e in presets]))
     for k, (name, color_key, results) in enumerate(traces):
-        fig.add_trace(go.Bar(
+        fig.add_trace(dict(type="bar",
             x=x_names, y=[r["max_concurrent_requests"] for r in results], name=name,
             marker_color=charts.color_for(color_key), textposition="outside", constraintext="none", cliponaxis=False,
             text=[_requests(r["max_concurrent_requests"]) if r["weights_fit"] else ("✗" if k == 0 else "")
@@ -435,7 +435,7 @@ def compare(model, gpu, cv, configs):
     contexts, counts = configurations_by_context(ready, T)
     fig = go.Figure()
     for c, n_req in counts:
-        fig.add_trace(go.Bar(
+        fig.add_trace(dict(type="bar",
             x=[format_tokens(t) for t in contexts], y=[n if n else None for n in n_req],
             name=_plot_text(_short(c)), marker_color=charts.SEQUENCE[(c.i - 1) % len(charts.SEQUENCE)],
             text=[_requests(n) for n in n_req], textposition="outside", constraintext="none", cliponaxis=False,

@@ -147,13 +147,13 @@ def chart(cv):
         return
     lo, hi = cv.diagonal
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
+    fig.add_trace(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
                              line={"color": "#777777", "dash": "dot"}, hoverinfo="skip"))
     for verdict in ("reproduced", "differs"):
         cs = [c for c in cv.plotted if c["verdict"] == verdict]
         if not cs:
             continue
-        fig.add_trace(go.Scatter(
+        fig.add_trace(dict(type="scatter",
             x=[c["stated"]["value"] for c in cs], y=[c["computed"] for c in cs], mode="markers", name=verdict,
             marker={"color": VERDICT_COLORS[verdict], "size": 14 if present else 10,
                     "symbol": "circle" if verdict == "reproduced" else "x", "line": {"width": 1, "color": "#333333"}},

@@ -171,11 +171,11 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
         st.subheader("Attention on the roofline")
     ridge = rv.ridge
     fig = go.Figure()
-    fig.add_trace(go.Scatter(
+    fig.add_trace(dict(type="scatter",
         x=rv.roof_x, y=[y / TFLOPS for y in rv.roof_y], mode="lines",
         name=f"roof: {charts.plot_text(gpu_name)}", line={"color": "#777777", "width": 3 if present else 2},
         hovertemplate="min(peak, bandwidth x intensity)<br>%{x:.3g} flop/B -> %{y:.4g} TFLOP/s<extra></extra>"))
-    fig.add_trace(go.Scatter(
+    fig.add_trace(dict(type="scatter",
         x=[ridge], y=[rv.roof_y[1] / TFLOPS], mode="markers+text", name="ridge point", showlegend=False,
         marker={"symbol": "diamond", "size": 14 if present else 11, "color": "#777777"},
         text=[f"ridge {format_intensity(ridge)}"], textposition="bottom right",
@@ -184,7 +184,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
     for p in sorted(rv.points, key=lambda p: p.label != "MLA expanded"):
         r = p.result
         symbol, extra = SYMBOLS.get(p.label, ("circle", 0))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(dict(type="scatter",
             x=[r["attention_intensity_flop_per_byte"]], y=[r["attainable_flops"] / TFLOPS], mode="markers",
             name=p.label + (" (this model)" if p.is_model else ""),
             marker={"color": charts.color_for(p.label), "symbol": symbol,
@@ -193,7 +193,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
             hovertemplate=_hover(p.label, r, f", KV {p.kv_dtype}") + "<extra></extra>"))
     own_tp, own_name = rv.own_tp, rv.own_label
     if own_tp["heads_per_gpu"] != rv.own_all["heads_per_gpu"]:
-        fig.add_trace(go.Scatter(
+        fig.add_trace(dict(type="scatter",
             x=[own_tp["attention_intensity_flop_per_byte"]], y=[own_tp["attainable_flops"] / TFLOPS], mode="markers",
             name=f"{own_name}, one GPU at TP {tp}",
             marker={"color": charts.color_for(own_name), "size": 16 if present else 12, "symbol": "circle-open",
@@ -201,7 +201,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
             hovertemplate=_hover(own_name, own_tp, f", one GPU at TP {tp} ({own_tp['heads_per_gpu']} query heads)")
             + "<extra></extra>"))
     for name, pts, result in measured_sets:
-        fig.add_trace(go.Scatter(
+        fig.add_trace(dict(type="scatter",
             x=[p.intensity_flop_per_byte for p in pts], y=[p.achieved_TFLOPs for p in pts], mode="markers", name=name,
             marker={"symbol": "x", "size": 14 if present else 11, "color": [charts.color_for(p.label) for p in pts],
                     "line": {"width": 1, "color": "#333333"}},
@@ -216,7 +216,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
         bw_GBps, mm_TFLOPs = measured.ceilings(result)
         mroof = measured_roof(bw_GBps, mm_TFLOPs, rv.roof_x[0], rv.roof_x[-1]) if bw_GBps and mm_TFLOPs else None
         if mroof:
-            fig.add_trace(go.Scatter(
+            fig.add_trace(dict(type="scatter",
                 x=mroof[0], y=[y / TFLOPS for y in mroof[1]], mode="lines",
                 name=f"measured roof: {name.removeprefix('measured: ')}",
                 line={"color": "#777777", "dash": "dot", "width": 2},
@@ -311,11 +311,11 @@ def step_chart(model, gpu, kv_dtype, rv):
         ys = [y * scale for _, _, s in sw.lines for y in (min(s[key]), max(s[key]))]
         span = [min(ys), max(ys)]
         if crossover is not None:
-            f.add_trace(go.Scatter(x=[crossover, crossover], y=span, mode="lines",
+            f.add_trace(dict(type="scatter", x=[crossover, crossover], y=span, mode="lines",
                                    name=f"compute bound from batch {crossover:,}",
                                    line={"dash": "dash", "color": "#777777", "width": 1.5},
                                    hovertemplate=f"memory/compute crossover: batch {crossover:,}<extra></extra>"))
-        f.add_trace(go.Scatter(x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
+        f.add_trace(dict(type="scatter", x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
                                line={"dash": "dot", "color": "#777777", "width": 1.5},
                                hovertemplate=f"batch {B:,} (sidebar)<extra></extra>"))
     charts.style(fig_t, title=f"Step time, lower bound ({format_tokens(T)}, TP {tp} share)",
@@ -362,14 +362,14 @@ def tp_chart(model, gpu, kv_dtype, rv):
              (f"{gqa_label}, TP (heads and KV heads split)", 3, charts.color_for(gqa_label), "solid"))
     for name, idx, color, dash in lines:
         rs = [row[idx] for row in tc.rows]
-        fig_tp.add_trace(go.Scatter(
+        fig_tp.add_trace(dict(type="scatter",
             x=degrees, y=[r["attention_intensity_flop_per_byte"] for r in rs], mode="lines+markers", name=name,
             line={"color": color, "dash": dash, "width": 4 if present else 2.5},
             customdata=[[format_intensity(r["attention_intensity_flop_per_byte"]), r["heads_per_gpu"], r["bound"]]
                         for r in rs],
             hovertemplate=f"{name}<br>TP %{{x}}: %{{customdata[0]}}, %{{customdata[1]}} query heads per GPU, "
                           "%{customdata[2]} bound<extra></extra>"))
-    fig_tp.add_trace(go.Scatter(x=[degrees[0], degrees[-1]], y=[ridge, ridge], mode="lines",
+    fig_tp.add_trace(dict(type="scatter", x=[degrees[0], degrees[-1]], y=[ridge, ridge], mode="lines",
                                 name=f"ridge point ({format_intensity(ridge)})",
                                 line={"dash": "dot", "color": "#777777"},
                                 hovertemplate=f"ridge {format_intensity(ridge)}: below it, memory bound<extra></extra>"))
