@@ -166,8 +166,9 @@ class KVSweep(_View):
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
-def sweep_contexts(context: int, points: int = 256):
-    """The x values of a chart against context: `points` log-spaced counts from min(1K, T) to
+def sweep_contexts(context: int, points: int = 128):
+    """The x values of a chart against context: `points` log-spaced counts (128: smooth on a log
+    axis, and half the hover text of 256) from min(1K, T) to
     max(1M, 4 T), capped at 10^15 (numpy int64 array)."""
     return log_contexts(min(1024, context), min(MAX_SWEEP_CONTEXT, max(1 << 20, 4 * context)), points)
 

@@ -19,7 +19,7 @@ from mla_core.units import KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_c
 from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capacity_across_gpus, capacity_variants_view,
                             capacity_view, configuration, configurations_by_context, memory_bars, mode_name)
 from ui import charts, models, state
-from ui.text import escape_md
+from ui.text import csv_text, escape_md
 
 v = state.values()
 present = v["present"]
@@ -251,7 +251,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
                 "kv_budget_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "max_tokens_per_gpu", "max_tokens_total",
                 "max_concurrent_requests", "max_concurrency", "requests_vs_model", "kv_bytes_vs_model"]
         st.download_button("Download the table (CSV)",
-                           pd.DataFrame([{k: r[k] for k in keys} for r in cvv.rows]).to_csv(index=False),
+                           csv_text([{k: r[k] for k in keys} for r in cvv.rows]),
                            file_name="capacity_variants.csv", mime="text/csv")
     if table_only:
         return

@@ -13,7 +13,7 @@ from mla_core.claims import describe_expr, evaluate_all, format_figure, format_s
 from mla_core.errors import MLAError
 from mla_core.views import claims_view
 from ui import charts, state
-from ui.text import escape_md
+from ui.text import csv_text, escape_md
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
 
@@ -129,14 +129,14 @@ def table(cv):
         "claim (paraphrased)": st.column_config.TextColumn(width="large"),
         "reason": st.column_config.TextColumn(width="large"),
     })
-    csv = pd.DataFrame([{
+    csv = csv_text([{
         "id": c["id"], "topic": c["topic"], "source": c["source"]["seed"], "claim": c["claim"],
         "inputs": c.get("inputs", ""), "stated_value": c["stated"]["value"], "stated_text": c["stated"].get("text", ""),
         "unit": c["stated"]["unit"], "approx": bool(c["stated"].get("approx")), "recomputed_value": c["computed"],
         "verdict": c["verdict"], "reason": c.get("reason", ""), "computation": describe_expr(c["compute"]),
         "replay_value": c.get("as_claimed_value"), "replay_reproduces_stated": c.get("reason_confirmed"),
         "replay_computation": describe_expr(c["as_claimed"]) if "as_claimed" in c else "",
-    } for c in cv.shown]).to_csv(index=False)
+    } for c in cv.shown])
     st.download_button("Download the claims (CSV)", csv, file_name="published_figures_recomputed.csv",
                        mime="text/csv")
 

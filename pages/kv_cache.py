@@ -17,7 +17,7 @@ from mla_core.units import GiB, format_bytes, format_tokens
 from mla_core.views import kv_summary, kv_sweep, kv_variants
 from mla_core.whatif import hand_set_values
 from ui import charts, models, params, state, text, whatif
-from ui.text import escape_md
+from ui.text import csv_text, escape_md
 
 v = state.values()
 present = v["present"]
@@ -199,11 +199,11 @@ def variants(model, kv_dtype):
     if present:  # a slide keeps the columns that carry the comparison
         table = table[["variant", "per token", f"batch x {format_tokens(T)}", "MHA / this"]]
     st.dataframe(table, hide_index=True)
-    csv = pd.DataFrame([{
+    csv = csv_text([{
         "variant": r["variant"], "is_model": r["is_model"], "kv_heads": r["kv_heads"], "kv_dtype": r["kv_dtype"],
         "kv_bytes_per_token": r["kv_bytes_per_token"], "context": T, "batch": B, "kv_cache_bytes": r["kv_cache_bytes"],
         "vs_mha": r["vs_mha"], "gqa_groups_equivalent": r["gqa_groups_equivalent"],
-    } for r in k.rows]).astype({"kv_heads": "Int64"}).to_csv(index=False)
+    } for r in k.rows])
     st.download_button("Download the table (CSV)", csv, file_name="kv_cache_variants.csv", mime="text/csv")
 
 

@@ -19,7 +19,7 @@ from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_in
                             format_seconds, format_tokens)
 from mla_core.views import measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison
 from ui import charts, measured, models, params, state, whatif
-from ui.text import escape_md
+from ui.text import csv_text, escape_md
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)
 
@@ -261,7 +261,7 @@ def variants_table(rv, gpu):
     if present:  # a slide keeps the columns that carry the comparison
         table = table[["variant", "intensity (flop/B)", "time lower bound", "bound"]]
     st.dataframe(table, hide_index=True)
-    csv = pd.DataFrame([{
+    csv = csv_text([{
         "variant": p.label, "is_model": p.is_model, "kv_dtype": p.kv_dtype,
         "mla_path": p.mla_path if p.label.startswith("MLA") else "",
         "gpu": gpu.id, "context": T, "batch": B, "heads_per_gpu": p.result["heads_per_gpu"],
@@ -269,7 +269,7 @@ def variants_table(rv, gpu):
         "intensity_flop_per_byte": p.result["attention_intensity_flop_per_byte"],
         "attainable_flops": p.result["attainable_flops"], "attention_time_s": p.result["attention_time_s"],
         "bound": p.result["bound"],
-    } for p in rv.points]).to_csv(index=False)
+    } for p in rv.points])
     st.download_button("Download the table (CSV)", csv, file_name="decode_roofline_variants.csv", mime="text/csv")
 
 
@@ -388,12 +388,12 @@ def tp_chart(model, gpu, kv_dtype, rv):
         "MLA bound under TP": r_tp["bound"],
     } for t, r_tp, r_dp, r_g in tc.rows])
     st.dataframe(tp_table, hide_index=True)
-    st.download_button("Download the TP table (CSV)", pd.DataFrame([{
+    st.download_button("Download the TP table (CSV)", csv_text([{
         "tp": t, "heads_per_gpu_tp": r_tp["heads_per_gpu"],
         "mla_intensity_tp": r_tp["attention_intensity_flop_per_byte"],
         "mla_intensity_dp_attention": r_dp["attention_intensity_flop_per_byte"],
         "gqa_intensity_tp": r_g["attention_intensity_flop_per_byte"], "mla_bound_tp": r_tp["bound"],
-    } for t, r_tp, r_dp, r_g in tc.rows]).to_csv(index=False), file_name="mla_tp_vs_dp_attention.csv",
+    } for t, r_tp, r_dp, r_g in tc.rows]), file_name="mla_tp_vs_dp_attention.csv",
         mime="text/csv")
     st.caption("Under TP each GPU runs n_h / TP query heads but reads the whole latent (it has no head axis), so its "
                "attention flops fall with TP and its bytes do not: intensity falls by the TP degree. With DP-attention "
