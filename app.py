@@ -4,8 +4,8 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 """
 import streamlit as st
 
-from mla_core.units import KV_DTYPES, TOKEN_RULE, token_label
-from ui import charts, models, params, state
+from mla_core.units import KV_DTYPES, TOKEN_RULE
+from ui import charts, models, params, state, whatif
 
 state.init()
 present = bool(st.session_state["present"])
@@ -36,15 +36,6 @@ PAGES = [
 page = st.navigation(PAGES)
 
 
-QUICK_CONTEXTS = {n: token_label(n) for n in (4096, 32768, 131072, 1048576)}  # 4K, 32K, 128K, 1M (K = 1,024)
-
-
-def _pick_context():
-    pick = st.session_state.get("_context_pick")
-    if pick:
-        st.session_state["context"] = pick
-
-
 with st.sidebar:
     st.header("Shared settings")
     st.caption("They hold on every page, and the URL carries them: copy it to share this view.")
@@ -53,15 +44,14 @@ with st.sidebar:
         options = [o for o in options if o != params.UPLOAD]
     labels = {k: models.model_label(k) for k in options}  # fixed for this run (AppTest formats later)
     st.selectbox("Model", options, key="model", format_func=lambda k: labels.get(k, k),
-                 help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there.")
+                 on_change=whatif.reset,
+                 help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there. "
+                      "A new model starts the what-if sliders from its own values.")
     st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, key="kv_dtype",
                  help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
                       "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
-    st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
-                    key="context", help="T: tokens held per sequence. Any whole number up to 10^15. " + TOKEN_RULE)
-    st.pills("Quick context", list(QUICK_CONTEXTS), key="_context_pick", on_change=_pick_context,
-             format_func=QUICK_CONTEXTS.get, label_visibility="collapsed")
-    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
+    whatif.context_control()
+    whatif.batch_control()
     gpu_labels = models.gpu_labels()
     st.selectbox("GPU", list(gpu_labels), key="gpu", format_func=lambda k: gpu_labels.get(k, k))
     st.toggle("Presentation mode", key="present",

@@ -445,7 +445,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         attn_sinks=model_type == "gpt_oss",
         learned_pos_embeddings=(r.int_("max_position_embeddings", maximum=MAX_WINDOW) or 0) if model_type == "gpt3" else 0,
         num_nextn_predict_layers=_mtp_layers(r),
-        max_position_embeddings=r.int_("max_position_embeddings", maximum=MAX_WINDOW),
+        max_position_embeddings=mpe if type(mpe := cfg.get("max_position_embeddings")) is int and mpe > 0 else None,
         quant_modules_not_converted=modules_not_converted,
         extra_dense_mlps=_EXTRA_DENSE_MLPS.get(model_type, 0),
         mlp_layers=_mlp_layers(cfg, layers),

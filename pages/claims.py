@@ -2,25 +2,31 @@
 
 The claims are data (data/claims.json, checked by mla_core.claims): a paraphrase, the stated
 figure, the computation from the stated inputs and, where the figure differs, the reason and a
-replay of the slip. This page shows them; it computes nothing itself."""
+replay of the slip. This page shows them; it computes nothing itself. Sections: `conventions`,
+`summary`, `filters`, `table`, `chart` and `details`, drawing what views.claims_view returns; in
+presentation mode the slide is the title, the summary numbers and the chart."""
 import pandas as pd
 import streamlit as st
 
-from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated, summarize
+from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated
 from mla_core.errors import MLAError
+from mla_core.views import claims_view
 from ui import charts, state
-from ui.charts import go  # plotly.graph_objects' spelling, built as plain dicts (ui/charts.py)
-from ui.text import escape_md
+from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
+from ui.text import csv_text, escape_md
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
 
 v = state.values()
 present = v["present"]
-st.title("Published figures, recomputed")
-st.caption("Every numeric claim of the three seed documents the project grew from: paraphrased, recomputed by the "
-           "analytic core from the inputs the document states, and set side by side with a verdict. Where a figure "
-           "differs, the reason found is replayed: the slip or convention is recomputed to see whether it gives the "
-           "stated figure. The sidebar's model and GPU do not apply here: each claim names its own.")
+if present:
+    st.markdown("## Published figures, recomputed by the analytic core")
+else:
+    st.title("Published figures, recomputed")
+    st.caption("Every numeric claim of the three seed documents the project grew from: paraphrased, recomputed by the "
+               "analytic core from the inputs the document states, and set side by side with a verdict. Where a "
+               "figure differs, the reason found is replayed: the slip or convention is recomputed to see whether it "
+               "gives the stated figure. The sidebar's model and GPU do not apply here: each claim names its own.")
 
 
 @st.cache_data(show_spinner=False)
@@ -34,62 +40,58 @@ except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
     st.error(escape_md(f"The claims in data/claims.json could not be evaluated: {e}", 400))
     st.stop()
 
-with st.expander("Conventions this tool uses", expanded=not present):
-    st.markdown(
-        "- **Bytes**: GB = 10^9 B, GiB = 2^30 B (KB = 10^3 B, KiB = 2^10 B); a figure is recomputed in the unit "
-        "its document prints.\n"
-        "- **Tokens**: a document's \"million tokens\" is 1,000,000; its 128K is 131,072 unless it names 128,000.\n"
-        "- **MHA baseline of an MLA model**: d_h = qk_nope_head_dim (128 for DeepSeek-V2/V3), as in DeepSeek-V2 "
-        "Table 1; the expanded per-head cache of DeepSeek's naive path is n_h (d_nope + d_r + d_v) per layer.\n"
-        "- **Flops**: 2 per multiply-add; MLA absorbed decode counts the scores on the 576-wide latent+RoPE key "
-        "and the output on the 512-wide latent (FlashMLA's convention).\n"
-        "- **Bandwidth**: datasheet TB/s = 10^12 B/s; bandwidth-bound figures read the cache once per step.\n"
-        "- **Match**: within half a unit of the last printed digit, or 5 % for a figure the document gives as "
-        "approximate (shown with ~).")
-
-# --- summary -----------------------------------------------------------------------------------------
-summary = summarize(claims)
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Claims checked", f"{summary['total']}")
-m2.metric("Reproduced", f"{summary['reproduced']}")
-m3.metric("Differ", f"{summary['differs']}")
-m4.metric("Slips replayed and confirmed", f"{summary['reason_confirmed']} of {summary['replayed']}",
-          help="Differing claims whose reason is itself recomputed (the slip replayed) and gives the stated figure.")
-by_topic = pd.DataFrame([{"topic": g["topic"], "claims": g["claims"], "reproduced": g["reproduced"],
-                          "differ": g["differs"]} for g in summary["by_topic"]])
-def _title(seed: str) -> str:
-    return next((c["source"].get("title", seed) for c in claims if c["source"]["seed"] == seed), seed)
+def conventions():
+    with st.expander("Conventions this tool uses", expanded=not present):
+        st.markdown(
+            "- **Bytes**: GB = 10^9 B, GiB = 2^30 B (KB = 10^3 B, KiB = 2^10 B); a figure is recomputed in the unit "
+            "its document prints.\n"
+            "- **Tokens**: 1M tokens = 10^6, 128K = 131,072 unless a document names 128,000.\n"
+            "- **MHA baseline of an MLA model**: d_h = qk_nope_head_dim (128 for DeepSeek-V2/V3), as in DeepSeek-V2 "
+            "Table 1; the expanded per-head cache of DeepSeek's naive path is n_h (d_nope + d_r + d_v) per layer.\n"
+            "- **Flops**: 2 per multiply-add; MLA absorbed decode counts the scores on the 576-wide latent+RoPE key "
+            "and the output on the 512-wide latent (FlashMLA's convention).\n"
+            "- **Bandwidth**: datasheet TB/s = 10^12 B/s; bandwidth-bound figures read the cache once per step.\n"
+            "- **Match**: within half a unit of the last printed digit, or 5 % for a figure the document gives as "
+            "approximate (shown with ~).")
 
 
-by_source = pd.DataFrame([{"source": f'{_title(g["source"])} ({g["source"][:3]})', "claims": g["claims"], "reproduced": g["reproduced"],
-                           "differ": g["differs"]} for g in summary["by_source"]])
-c1, c2 = st.columns(2)
-c1.dataframe(by_topic, hide_index=True)
-c2.dataframe(by_source, hide_index=True)
-
-# --- filters -----------------------------------------------------------------------------------------
-topics = [g["topic"] for g in summary["by_topic"]]
-sources = [g["source"] for g in summary["by_source"]]
-titles = {c["source"]["seed"]: c["source"].get("title", c["source"]["seed"]) for c in claims}
-with st.expander("Filters", expanded=not present):
-    f1, f2, f3 = st.columns(3)
-    f1.multiselect("Topic", topics, key="claims_topic", placeholder="all topics")
-    f2.multiselect("Verdict", ["reproduced", "differs"], key="claims_verdict", placeholder="both verdicts")
-    f3.multiselect("Source document", sources, key="claims_source", placeholder="all three documents",
-                   format_func=lambda seed: f"{titles.get(seed, seed)} ({seed[:3]})")
+# --- sections ----------------------------------------------------------------------------------------------
+def _filters_state() -> dict:
+    return {"topics": v["claims_topic"], "verdicts": v["claims_verdict"], "sources": v["claims_source"]}
 
 
-def _keep(c: dict) -> bool:
-    for key, value in (("claims_topic", c["topic"]), ("claims_verdict", c["verdict"]),
-                       ("claims_source", c["source"]["seed"])):
-        chosen = st.session_state.get(key) or []
-        if chosen and value not in chosen:
-            return False
-    return True
+def summary(cv):
+    """The four counts, then (at a desk) the counts by topic and by source."""
+    s = cv.summary
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Claims checked", f"{s['total']}")
+    m2.metric("Reproduced", f"{s['reproduced']}")
+    m3.metric("Differ", f"{s['differs']}")
+    m4.metric("Slips replayed and confirmed", f"{s['reason_confirmed']} of {s['replayed']}",
+              help="Differing claims whose reason is itself recomputed (the slip replayed) and gives the stated figure.")
 
 
-shown = [c for c in claims if _keep(c)]
-st.caption(f"Showing {len(shown)} of {len(claims)} claims.")
+def breakdown(cv):
+    s = cv.summary
+    by_topic = pd.DataFrame([{"topic": g["topic"], "claims": g["claims"], "reproduced": g["reproduced"],
+                              "differ": g["differs"]} for g in s["by_topic"]])
+    by_source = pd.DataFrame([{"source": f'{cv.titles.get(g["source"], g["source"])} ({g["source"][:3]})',
+                               "claims": g["claims"], "reproduced": g["reproduced"], "differ": g["differs"]}
+                              for g in s["by_source"]])
+    c1, c2 = st.columns(2)
+    c1.dataframe(by_topic, hide_index=True)
+    c2.dataframe(by_source, hide_index=True)
+
+
+def filters(cv):
+    topics = [g["topic"] for g in cv.summary["by_topic"]]
+    sources = [g["source"] for g in cv.summary["by_source"]]
+    with st.expander("Filters", expanded=not present):
+        f1, f2, f3 = st.columns(3)
+        f1.multiselect("Topic", topics, key="claims_topic", placeholder="all topics")
+        f2.multiselect("Verdict", ["reproduced", "differs"], key="claims_verdict", placeholder="both verdicts")
+        f3.multiselect("Source document", sources, key="claims_source", placeholder="all three documents",
+                       format_func=lambda seed: f"{cv.titles.get(seed, seed)} ({seed[:3]})")
 
 
 def _replay_text(c: dict) -> str:
@@ -104,45 +106,54 @@ def _replay_ok(c: dict) -> str:
 
 COLUMNS = ["verdict", "stated", "recomputed", "claim (paraphrased)", "source", "topic", "reason",
            "replay of the slip gives", "replay reproduces the stated figure", "id"]
-table = pd.DataFrame([{
-    "verdict": c["verdict"],
-    "stated": format_stated(c["stated"]),
-    "recomputed": format_figure(c["computed"], c["stated"]["unit"]),
-    "claim (paraphrased)": c["claim"],
-    "source": f'{c["source"].get("title", "")} ({c["source"]["seed"]})',
-    "topic": c["topic"],
-    "reason": c.get("reason", ""),
-    "replay of the slip gives": _replay_text(c),
-    "replay reproduces the stated figure": _replay_ok(c),
-    "id": c["id"],
-} for c in shown], columns=COLUMNS)
-st.dataframe(table, hide_index=True, column_config={
-    "claim (paraphrased)": st.column_config.TextColumn(width="large"),
-    "reason": st.column_config.TextColumn(width="large"),
-})
-csv = pd.DataFrame([{
-    "id": c["id"], "topic": c["topic"], "source": c["source"]["seed"], "claim": c["claim"],
-    "inputs": c.get("inputs", ""), "stated_value": c["stated"]["value"], "stated_text": c["stated"].get("text", ""),
-    "unit": c["stated"]["unit"], "approx": bool(c["stated"].get("approx")), "recomputed_value": c["computed"],
-    "verdict": c["verdict"], "reason": c.get("reason", ""), "computation": describe_expr(c["compute"]),
-    "replay_value": c.get("as_claimed_value"), "replay_reproduces_stated": c.get("reason_confirmed"),
-    "replay_computation": describe_expr(c["as_claimed"]) if "as_claimed" in c else "",
-} for c in shown]).to_csv(index=False)
-st.download_button("Download the claims (CSV)", csv, file_name="published_figures_recomputed.csv", mime="text/csv")
+SLIDE_COLUMNS = ["verdict", "stated", "recomputed", "claim (paraphrased)"]
 
-# --- stated against recomputed -------------------------------------------------------------------------
-plotted = [c for c in shown if c["computed"] > 0 and c["stated"]["value"] > 0]
-if plotted:
+
+def table(cv):
+    st.caption(f"Showing {len(cv.shown)} of {cv.summary['total']} claims.")
+    df = pd.DataFrame([{
+        "verdict": c["verdict"],
+        "stated": format_stated(c["stated"]),
+        "recomputed": format_figure(c["computed"], c["stated"]["unit"]),
+        "claim (paraphrased)": c["claim"],
+        "source": f'{c["source"].get("title", "")} ({c["source"]["seed"]})',
+        "topic": c["topic"],
+        "reason": c.get("reason", ""),
+        "replay of the slip gives": _replay_text(c),
+        "replay reproduces the stated figure": _replay_ok(c),
+        "id": c["id"],
+    } for c in cv.shown], columns=COLUMNS)
+    if present:  # a slide keeps the columns that carry the verdict
+        df = df[SLIDE_COLUMNS]
+    st.dataframe(df, hide_index=True, column_config={
+        "claim (paraphrased)": st.column_config.TextColumn(width="large"),
+        "reason": st.column_config.TextColumn(width="large"),
+    })
+    csv = csv_text([{
+        "id": c["id"], "topic": c["topic"], "source": c["source"]["seed"], "claim": c["claim"],
+        "inputs": c.get("inputs", ""), "stated_value": c["stated"]["value"], "stated_text": c["stated"].get("text", ""),
+        "unit": c["stated"]["unit"], "approx": bool(c["stated"].get("approx")), "recomputed_value": c["computed"],
+        "verdict": c["verdict"], "reason": c.get("reason", ""), "computation": describe_expr(c["compute"]),
+        "replay_value": c.get("as_claimed_value"), "replay_reproduces_stated": c.get("reason_confirmed"),
+        "replay_computation": describe_expr(c["as_claimed"]) if "as_claimed" in c else "",
+    } for c in cv.shown])
+    st.download_button("Download the claims (CSV)", csv, file_name="published_figures_recomputed.csv",
+                       mime="text/csv")
+
+
+def chart(cv):
+    """Stated against recomputed, each in its document's unit."""
+    if not cv.plotted:
+        return
+    lo, hi = cv.diagonal
     fig = go.Figure()
-    values = [x for c in plotted for x in (c["computed"], c["stated"]["value"])]
-    lo, hi = min(values) / 2, max(values) * 2
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
+    fig.add_trace(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
                              line={"color": "#777777", "dash": "dot"}, hoverinfo="skip"))
     for verdict in ("reproduced", "differs"):
-        cs = [c for c in plotted if c["verdict"] == verdict]
+        cs = [c for c in cv.plotted if c["verdict"] == verdict]
         if not cs:
             continue
-        fig.add_trace(go.Scatter(
+        fig.add_trace(dict(type="scatter",
             x=[c["stated"]["value"] for c in cs], y=[c["computed"] for c in cs], mode="markers", name=verdict,
             marker={"color": VERDICT_COLORS[verdict], "size": 14 if present else 10,
                     "symbol": "circle" if verdict == "reproduced" else "x", "line": {"width": 1, "color": "#333333"}},
@@ -152,91 +163,111 @@ if plotted:
                           "recomputed %{customdata[3]}<extra></extra>"))
     charts.style(fig, title="Stated against recomputed, each in its document's unit",
                  x_title="stated figure (the claim's unit)", y_title="recomputed figure (the claim's unit)",
-                 log_x=True, log_y=True, present=present)
+                 log_x=True, log_y=True, present=present, height=charts.slide_height(present))
     charts.show(fig, "published-figures", key="_claims_chart")
 
-# --- each differing claim in detail --------------------------------------------------------------------
-differing = [c for c in shown if c["verdict"] == "differs"]
-if differing:
-    st.subheader(f"The {len(differing)} differing claim(s) in detail")
-for c in differing:
-    unit = c["stated"]["unit"]
-    title = f"{c['id']}: stated {format_stated(c['stated'])}, recomputed {format_figure(c['computed'], unit)}"
-    with st.expander(title):
-        st.markdown(f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
-                    f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
-                    f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
-                    f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}")
-        st.caption("Recomputed as")
-        st.code(f"{describe_expr(c['compute'])}\n= {format_figure(c['computed'], unit)}", language=None,
-                wrap_lines=True)
-        if "as_claimed" in c:
-            verdict = ("reproduces the stated figure" if c.get("reason_confirmed")
-                       else "does not reproduce the stated figure within its printed digits")
-            st.caption(f"Replay of the slip ({verdict})")
-            st.code(f"{describe_expr(c['as_claimed'])}\n= {format_figure(c['as_claimed_value'], unit)}",
-                    language=None, wrap_lines=True)
-        else:
-            st.caption("No replay: no convention or slip tried gives the stated figure.")
 
-# --- accuracy of the serving plan against published serving figures -----------------------------------
-st.subheader("Accuracy: published serving figures against the serving plan's bound")
-st.caption("Each published throughput (data/serving_measurements.json) is set against the bound the Serving plan "
-           "computes for the same model, GPUs, split and workload. A bound is what no engine can beat; a measured "
-           "figure above it would be a modelling error (a test fails). Efficiency = measured / bound.")
+def details(cv):
+    """Each differing claim in detail, with the replay of its slip."""
+    if cv.differing:
+        st.subheader(f"The {len(cv.differing)} differing claim(s) in detail")
+    for c in cv.differing:
+        unit = c["stated"]["unit"]
+        title = f"{c['id']}: stated {format_stated(c['stated'])}, recomputed {format_figure(c['computed'], unit)}"
+        with st.expander(title):
+            st.markdown(f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
+                        f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
+                        f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
+                        f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}")
+            st.caption("Recomputed as")
+            st.code(f"{describe_expr(c['compute'])}\n= {format_figure(c['computed'], unit)}", language=None,
+                    wrap_lines=True)
+            if "as_claimed" in c:
+                verdict = ("reproduces the stated figure" if c.get("reason_confirmed")
+                           else "does not reproduce the stated figure within its printed digits")
+                st.caption(f"Replay of the slip ({verdict})")
+                st.code(f"{describe_expr(c['as_claimed'])}\n= {format_figure(c['as_claimed_value'], unit)}",
+                        language=None, wrap_lines=True)
+            else:
+                st.caption("No replay: no convention or slip tried gives the stated figure.")
 
 
+# --- accuracy of the serving plan: published serving figures and the user's engine runs ------------------
 @st.cache_data(show_spinner=False)
 def _accuracy() -> dict:
-    from mla_core.serving import accuracy
+    from mla_core.serving import accuracy as serving_accuracy
 
-    return accuracy()
-
-
-try:
-    acc = _accuracy()
-except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
-    st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
-else:
-    a1, a2, a3 = st.columns(3)
-    a1.metric("Published figures checked", f"{acc['cases']}")
-    a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
-    if acc["cases"]:
-        a3.metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
-    METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
-                    "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
-                    "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
-    st.dataframe(pd.DataFrame([{
-        "figure": r["id"], "efficiency": f"{r['efficiency']:.1%}",
-        "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
-        "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
-        "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
-        "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
-    } for r in acc["rows"]]), hide_index=True)
-    with st.expander("Sources and assumptions"):
-        for r in acc["rows"]:
-            st.markdown(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
-                        f"  _{escape_md(r['assumptions'], 600)}_")
+    return serving_accuracy()
 
 
-# --- accuracy against the user's own engine runs (imported on the Benchmark page) -------------------
-st.markdown("**Your engine runs** (imported on the Benchmark page or with `python -m mla_core bench import`): "
-            "each measured TTFT, TPOT and throughput against the plan for the same setting.")
-try:
-    from mla_core.bench.engines import accuracy as engine_accuracy
-
-    engine_rows = [{
-        "run": c.settings.get("run_label") or f"{c.engine} {c.format}", "model": c.model, "GPU": c.gpu,
-        "split": p.deployment.get("split", ""), "batch": p.workload.get("batch"),
-        "metric": m.name, "measured": m.measured, "predicted (bound)": m.predicted, "error (%)": m.error_pct,
-        "modelling error": "YES" if m.beats_bound else "",
-    } for c in engine_accuracy() for p in c.points for m in p.metrics]
-except MLAError as e:
-    st.error(escape_md(f"Engine runs could not be read: {e}", 400))
-else:
-    if engine_rows:
-        st.dataframe(pd.DataFrame(engine_rows), hide_index=True,
-                     column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
+def accuracy():
+    st.subheader("Accuracy: published serving figures against the serving plan's bound")
+    st.caption("Each published throughput (data/serving_measurements.json) is set against the bound the Serving plan "
+               "computes for the same model, GPUs, split and workload. A bound is what no engine can beat; a measured "
+               "figure above it would be a modelling error (a test fails). Efficiency = measured / bound.")
+    try:
+        acc = _accuracy()
+    except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
+        st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
     else:
-        st.info("No engine run imported yet: import a `vllm bench serve --save-result` JSON or an SGLang "
-                "bench_serving / bench_one_batch file on the Benchmark page.")
+        a1, a2, a3 = st.columns(3)
+        a1.metric("Published figures checked", f"{acc['cases']}")
+        a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
+        if acc["cases"]:
+            a3.metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
+        METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
+                        "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
+                        "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
+        st.dataframe(pd.DataFrame([{
+            "figure": r["id"], "efficiency": f"{r['efficiency']:.1%}",
+            "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
+            "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
+            "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
+            "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
+        } for r in acc["rows"]]), hide_index=True)
+        with st.expander("Sources and assumptions"):
+            for r in acc["rows"]:
+                st.markdown(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
+                            f"  _{escape_md(r['assumptions'], 600)}_")
+
+
+    # --- accuracy against the user's own engine runs (imported on the Benchmark page) -------------------
+    st.markdown("**Your engine runs** (imported on the Benchmark page or with `python -m mla_core bench import`): "
+                "each measured TTFT, TPOT and throughput against the plan for the same setting.")
+    try:
+        from mla_core.bench.engines import accuracy as engine_accuracy
+
+        engine_rows = [{
+            "run": c.settings.get("run_label") or f"{c.engine} {c.format}", "model": c.model, "GPU": c.gpu,
+            "split": p.deployment.get("split", ""), "batch": p.workload.get("batch"),
+            "metric": m.name, "measured": m.measured, "predicted (bound)": m.predicted, "error (%)": m.error_pct,
+            "modelling error": "YES" if m.beats_bound else "",
+        } for c in engine_accuracy() for p in c.points for m in p.metrics]
+    except MLAError as e:
+        st.error(escape_md(f"Engine runs could not be read: {e}", 400))
+    else:
+        if engine_rows:
+            st.dataframe(pd.DataFrame(engine_rows), hide_index=True,
+                         column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
+        else:
+            st.info("No engine run imported yet: import a `vllm bench serve --save-result` JSON or an SGLang "
+                    "bench_serving / bench_one_batch file on the Benchmark page.")
+
+
+# --- the page ----------------------------------------------------------------------------------------------
+cv = claims_view(claims, **_filters_state())
+if present:  # the slide: title, the four counts, the chart; the rest follows
+    summary(cv)
+    chart(cv)
+    filters(cv)
+    table(cv)
+    conventions()
+else:
+    conventions()
+    summary(cv)
+    breakdown(cv)
+    filters(cv)
+    table(cv)
+    chart(cv)
+details(cv)
+accuracy()

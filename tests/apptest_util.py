@@ -47,3 +47,9 @@ def plain(text: str) -> str:
 def shown(elements) -> str:
     """All the texts of a list of AppTest elements (errors, warnings, ...) as read on screen."""
     return " ".join(plain(e.value) for e in elements)
+
+
+def own_model(at: AppTest) -> AppTest:
+    """Open the KV page's upload / paste / by-hand controls (a toggle)."""
+    at.toggle(key="_own_model").set_value(True).run()
+    return at

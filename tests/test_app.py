@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from apptest_util import PAGES, app, metric, no_exceptions, run_page, shown
+from apptest_util import PAGES, app, metric, no_exceptions, own_model, run_page, shown
 from mla_core.config import parse_config
 from mla_core.kv import compare_variants, kv_report
 from mla_core.presets import load_model, model_entries
@@ -65,16 +65,17 @@ def test_widget_value_survives_a_visit_to_every_other_page():
     assert metric(at, "Per sequence") == format_bytes(want)
 
 
-def test_url_holds_the_full_state():
+def test_url_carries_only_what_differs_from_the_defaults():
     at = app(model="mistral-7b-v0.1", batch="4").run()
-    q = at.query_params
-    for key in params.PARAMS:
-        if key != "config":
-            assert key in q, key
-    assert q["model"] == "mistral-7b-v0.1" and q["batch"] == "4"
+    assert dict(at.query_params) == {"model": "mistral-7b-v0.1", "batch": "4"}
+    at.select_slider(key="_context_stop").set_value(32768).run()
+    assert dict(at.query_params) == {"model": "mistral-7b-v0.1", "batch": "4", "context": "32768"}
+    at.select_slider(key="_context_stop").set_value(params.PARAMS["context"].default).run()
+    assert "context" not in at.query_params  # back to the default: gone from the link
     # Opening the URL it wrote reproduces the view.
-    again = app(**{k: v for k, v in q.items()}).run()
+    again = app(**{k: v for k, v in at.query_params.items()}).run()
     assert [m.value for m in again.metric] == [m.value for m in at.metric]
+    assert len(params.to_query(params.defaults())) == 0
 
 
 @pytest.mark.parametrize("query, needle", [
@@ -113,6 +114,7 @@ def test_markup_in_a_link_is_never_rendered():
 
 
 def _upload(at, data: bytes, name="config.json"):
+    own_model(at)
     at.file_uploader(key="_upload").upload(name, data, "application/json")
     return at.run()
 
@@ -148,7 +150,7 @@ def test_bad_upload_gives_an_error_and_keeps_the_model(data, needle):
 def test_pasted_config_is_used_and_carried_in_the_link():
     cfg = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
            "num_key_value_heads": 4, "torch_dtype": "bfloat16"}
-    at = app().run()
+    at = own_model(app().run())
     at.text_area(key="_paste").input(json.dumps(cfg)).run()
     at.button[[b.label for b in at.button].index("Use the pasted config")].click().run()
     no_exceptions(at)
@@ -168,7 +170,7 @@ def test_pasted_config_is_used_and_carried_in_the_link():
     ('{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "kv_lora_rank": 32}', "MLA"),
 ])
 def test_bad_pasted_config_gives_an_error_and_keeps_the_model(text, needle):
-    at = app(model="llama-3.1-8b").run()
+    at = own_model(app(model="llama-3.1-8b").run())
     at.text_area(key="_paste").input(text).run()
     at.button[[b.label for b in at.button].index("Use the pasted config")].click().run()
     no_exceptions(at)
@@ -177,7 +179,7 @@ def test_bad_pasted_config_gives_an_error_and_keeps_the_model(text, needle):
 
 
 def test_architecture_by_hand():
-    at = app().run()
+    at = own_model(app().run())
     at.selectbox(key="attention").set_value("gqa").run()
     at.number_input(key="layers").set_value(32).run()
     at.number_input(key="heads").set_value(32).run()

@@ -64,5 +64,6 @@ def test_roofline_page_answers(preset):
     at = run_page("pages/roofline.py", model=preset, context="32768", gpu="h200")
     no_exceptions(at)
     split_error = tp_split_error(load_model(preset), 8)
-    errors = [plain(e.value) for e in at.error]
-    assert errors == ([split_error] if split_error else []), errors
+    assert not at.error, [e.value for e in at.error]
+    if split_error:  # the page still draws, and says engines refuse this TP
+        assert any(split_error in plain(w.value) for w in at.warning), [w.value for w in at.warning]

@@ -38,7 +38,8 @@ def test_page_shows_the_cores_best_point_and_commands():
     assert plan.vllm_command in codes and plan.sglang_command in codes
     table = at.dataframe[0].value
     assert list(table["split"]) == [s.split for s in plan.splits]
-    assert at.query_params["input_len"] == ["4096"] or at.query_params["input_len"] == "4096"
+    # The link carries what differs from the defaults: 16 GPUs, not the default 4,096 input tokens.
+    assert at.query_params["num_gpus"] in ("16", ["16"]) and "input_len" not in at.query_params
 
 
 def test_workload_inputs_change_the_plan():

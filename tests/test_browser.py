@@ -1,8 +1,11 @@
 """A real browser (Debian's chromium through Playwright) against `streamlit run app.py`.
 
 Opens every page of the navigation through a deep link, checks that no exception box shows,
-that a Plotly chart is drawn and that the link's numbers are visible, and saves screenshots
-(into pytest's temporary folder, or MLA_SCREENSHOT_DIR when set). Skipped when chromium is not
+that a Plotly chart is drawn and that the link's numbers are visible; shows every page in
+presentation mode as one 1280 x 720 slide (title with the model and context, key numbers, the
+main chart whole, nothing cut off); drags sliders with the mouse and the keyboard and checks
+that the number shown becomes the core's. Screenshots go into pytest's temporary folder, or
+MLA_SCREENSHOT_DIR when set (docs/screenshots for the README). Skipped when chromium is not
 installed, unless MLA_REQUIRE_BROWSER=1 (set by .ci/run), which makes a missing browser fail.
 """
 import os
@@ -13,7 +16,8 @@ import pytest
 from browser_util import CHROMIUM, LAUNCH_ARGS, app_server, settle as _settle
 from mla_core.kv import kv_report
 from mla_core.presets import load_model
-from mla_core.units import format_bytes
+from mla_core.units import format_bytes, format_tokens
+from mla_core.whatif import what_if
 
 pytestmark = pytest.mark.browser
 
@@ -109,17 +113,96 @@ CUT_METRICS = """() => [...document.querySelectorAll('[data-testid="stMetricValu
     .map(e => e.innerText)"""
 
 
-@pytest.mark.parametrize("path", ["", "concurrency", "decode-roofline"])
-def test_presentation_mode_in_both_themes(server, browser, shots, path):
-    for scheme, size in (("light", (1600, 1000)), ("dark", (1280, 720))):
-        ctx = browser.new_context(viewport={"width": size[0], "height": size[1]}, color_scheme=scheme)
-        page = ctx.new_page()
-        page.goto(f"{server}/{path}?{LINK}&present=1", wait_until="domcontentloaded")
-        page.wait_for_selector('[data-testid="stMetricValue"] p', timeout=60000)
-        _settle(page)
-        page.screenshot(path=os.path.join(shots, f"presentation_{path or 'kv'}_{scheme}.png"), full_page=False)
-        px = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('[data-testid=\"stMetricValue\"] p')).fontSize)")
-        assert px >= 40, px  # projector-sized metrics
-        assert page.evaluate(CUT_METRICS) == []  # and none cut short
-        assert page.locator('[data-testid="stException"]').count() == 0
-        ctx.close()
+SLIDE = (1280, 720)
+SLIDES = [
+    # (url path, name, the title must name the model and the context)
+    ("", "kv", True),
+    ("concurrency", "capacity", True),
+    ("decode-roofline", "roofline", True),
+    ("measure", "benchmark", False),
+    ("published-figures", "claims", False),
+]
+MAIN_CHART_BOTTOM = """() => { const c = document.querySelector('.js-plotly-plot');
+    return c ? c.getBoundingClientRect().bottom : null; }"""
+
+
+@pytest.mark.parametrize("path, name, titled", SLIDES, ids=[s[1] for s in SLIDES])
+def test_every_page_is_one_slide_in_presentation_mode(server, browser, shots, path, name, titled):
+    scheme = "dark" if name == "capacity" else "light"
+    ctx = browser.new_context(viewport={"width": SLIDE[0], "height": SLIDE[1]}, color_scheme=scheme)
+    page = ctx.new_page()
+    page.goto(f"{server}/{path}?{LINK}&present=1", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    text = _settle(page)
+    time.sleep(1)  # let Plotly lay out at its final size
+    page.screenshot(path=os.path.join(shots, f"slide_{name}.png"), full_page=False)
+    assert page.locator('[data-testid="stException"]').count() == 0, text[:2000]
+    px = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('[data-testid=\"stMetricValue\"] p')).fontSize)")
+    assert px >= 40, px  # projector-sized key numbers
+    assert page.evaluate(CUT_METRICS) == []  # none cut short ("1.49M tokens" wraps, never "1.49M to...")
+    bottom = page.evaluate(MAIN_CHART_BOTTOM)
+    assert bottom is not None and bottom <= SLIDE[1], f"{name}: the main chart ends at {bottom}px, below the slide"
+    metrics_bottom = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMetricValue\"]')]"
+                                   ".slice(0, 4).map(e => e.getBoundingClientRect().bottom))")
+    assert metrics_bottom <= SLIDE[1]
+    if titled:
+        title = page.locator('[data-testid="stMain"] h2').first.inner_text()
+        assert "deepseek-v3" in title and format_tokens(131072) in title and "131,072" in title, title
+    ctx.close()
+
+
+def _metric_text(page, label_start: str) -> str:
+    for m in page.locator('[data-testid="stMetric"]').all():
+        if m.locator('[data-testid="stMetricLabel"]').inner_text().strip().startswith(label_start):
+            return m.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    raise AssertionError(f"no metric {label_start!r}")
+
+
+def _slider(page, label: str):
+    return page.locator('[data-testid="stSlider"]').filter(has_text=label).first
+
+
+def test_dragging_sliders_moves_the_numbers_to_the_cores(server, browser, shots):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(f"{server}/?model=deepseek-v3&kv_dtype=bf16", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    model = load_model("deepseek-v3")
+    assert _metric_text(page, "KV bytes per token") == format_bytes(70272)
+
+    # The what-if latent d_c, dragged with the mouse: its thumb to the track's left end.
+    d_c = _slider(page, "MLA latent d_c")
+    d_c.scroll_into_view_if_needed()
+    thumb = d_c.locator('input[type="range"]').locator("..")
+    box = thumb.bounding_box()
+    track = d_c.locator('[data-testid="stSliderTickBar"]').bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(track["x"] + track["width"] * 0.2, box["y"] + box["height"] / 2, steps=12)
+    page.mouse.up()
+    _settle(page)
+    chosen = int(d_c.locator('input[type="range"]').get_attribute("aria-valuetext").replace(",", ""))
+    assert chosen < 512
+    want = kv_report(what_if(model, kv_lora_rank=chosen), 131072, 1, "bf16")["kv_bytes_per_token"]
+    assert _metric_text(page, "KV bytes per token") == format_bytes(want) != format_bytes(70272)
+    assert f"wi_kv_lora_rank={chosen}" in page.url
+
+    # The layer slider, moved with the keyboard: three steps down from 61.
+    layers = _slider(page, "Layers")
+    layers.locator('input[type="range"]').focus()
+    for _ in range(3):
+        page.keyboard.press("ArrowLeft")
+    _settle(page)
+    assert layers.locator('input[type="range"]').get_attribute("aria-valuetext") == "58"
+    want = kv_report(what_if(model, kv_lora_rank=chosen, num_hidden_layers=58), 131072, 1, "bf16")
+    assert _metric_text(page, "KV bytes per token") == format_bytes(want["kv_bytes_per_token"])
+
+    # The sidebar's context slider, one stop up with the keyboard (128K -> 256K): the sequence follows.
+    page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').first.locator('input[type="range"]').focus()
+    page.keyboard.press("ArrowRight")
+    _settle(page)
+    assert "context=262144" in page.url
+    want = kv_report(what_if(model, kv_lora_rank=chosen, num_hidden_layers=58), 262144, 1, "bf16")
+    assert _metric_text(page, "Per sequence") == format_bytes(want["kv_cache_bytes_per_sequence"])
+    page.screenshot(path=os.path.join(shots, "kv_what_if.png"), full_page=False)
+    page.close()

@@ -5,7 +5,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apptest_util import ROOT, app, metric, no_exceptions
+from apptest_util import ROOT, app, metric, no_exceptions, own_model
 from mla_core.kv import kv_report
 from mla_core.presets import load_model
 from mla_core.units import format_bytes
@@ -89,7 +89,7 @@ def test_markdown_in_an_uploaded_name_is_not_rendered():
 
 
 def test_markdown_in_a_pasted_config_error_is_not_rendered():
-    at = app().run()
+    at = own_model(app().run())
     at.text_area(key="_paste").input('{"torch_dtype": ["![](//127.0.0.1:9/a.png)"], "num_hidden_layers": 4, '
                                      '"num_attention_heads": 8, "hidden_size": 1024, "model_type": "[x](http://e.x)"}')
     at.run()

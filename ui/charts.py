@@ -247,19 +247,50 @@ def show(fig: Figure, name: str, key: str | None = None) -> None:
 PRESENTATION_CSS = """
 <style>
 html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 2.7rem !important; line-height: 1.15; }
-[data-testid="stMetricLabel"] p { font-size: 1.3rem !important; }
+/* One slide per page at 1280 x 720: a slim frame, the header see-through above the title. */
+[data-testid="stHeader"] { background: transparent; }
+[data-testid="stMainBlockContainer"] { padding: 1.4rem 2rem 2rem 2rem !important; max-width: 100% !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 2.0rem !important; line-height: 1.15; }
+[data-testid="stMetricLabel"] p { font-size: 1.0rem !important; }
 /* Big numbers wrap instead of being cut to "1.49M to..." on a projector's narrower screen. */
 [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
-h1 { font-size: 2.7rem !important; }
-h2 { font-size: 2.4rem !important; }
-h3 { font-size: 1.9rem !important; }
-[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem; }
+h1 { font-size: 2.2rem !important; }
+h2 { font-size: 1.6rem !important; padding: 0 0 0.2rem 0 !important; }
+h3 { font-size: 1.5rem !important; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.0rem; }
 </style>
 """
+SLIDE_CHART_HEIGHT = 420  # px: title, one row of key numbers and this chart fill a 1280 x 720 screen
+
+
+def slide_height(present: bool) -> int | None:
+    """The height of a page's main chart: the slide's share in presentation mode, else the default."""
+    return SLIDE_CHART_HEIGHT if present else None
 
 
 def presentation_css() -> None:
     # A constant stylesheet: no user-supplied text ever goes through unsafe_allow_html.
     st.markdown(PRESENTATION_CSS, unsafe_allow_html=True)
+
+
+def plot_text(text) -> str:
+    """User-supplied text (an uploaded model's name) for Plotly, which renders a little HTML."""
+    import html
+
+    return html.escape(str(text)[:80])
+
+
+def page_title(page: str, subtitle: str, model_name: str, context: int, *, extra: str | None = None,
+               present: bool = False) -> None:
+    """The page's title. In presentation mode the slide's title names the model and the context
+    ("KV cache: DeepSeek-V3 at 128K tokens (131,072)"), since the sidebar is out of sight."""
+    from mla_core.units import format_tokens
+
+    from .text import escape_md
+
+    if present:
+        st.markdown(f"## {page}: {escape_md(model_name, 80)} at {format_tokens(context)} ({context:,})"
+                    + (f", {escape_md(extra, 60)}" if extra else ""))
+    else:
+        st.title(f"{page}: {subtitle}")

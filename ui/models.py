@@ -9,6 +9,7 @@ from mla_core.hardware import GPU, custom_gpu
 from mla_core.presets import gpu_entries, load_gpu, load_model, model_entries
 from mla_core.config import synthetic_model
 from mla_core.spec import ModelSpec
+from mla_core.views import kv_dtype_for  # noqa: F401  (the pages' import; the rule is the core's)
 
 from . import params
 from .text import escape_md
@@ -104,11 +105,3 @@ def current_gpu(v: dict | None = None) -> GPU:
     if v.get("gpu_memory_gib"):
         return custom_gpu(v["gpu_memory_gib"], base=gpu)
     return gpu
-
-
-def kv_dtype_for(model: ModelSpec, kv_dtype: str) -> tuple[str, str | None]:
-    """The KV dtype to use for `model`, and a warning when the shared choice does not apply
-    (fp8_ds_mla exists only for an MLA latent)."""
-    if kv_dtype == "fp8_ds_mla" and not model.is_mla:
-        return "fp8", f"fp8_ds_mla is an MLA latent layout; {model.name} is costed at fp8."
-    return kv_dtype, None

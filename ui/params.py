@@ -19,6 +19,7 @@ from mla_core.config import MAX_CONFIG_BYTES, TEXT_CONFIG_INHERITED, parse_confi
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import KV_DTYPES, WEIGHT_DTYPES
+from mla_core.whatif import MAX_WHAT_IF_LAYERS, MAX_WHAT_IF_WIDTH, WHAT_IF_FIELDS
 
 MAX_PARAM_CHARS = 8192  # a query value longer than this is refused outright
 MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text (1 MiB, the core's limit)
@@ -154,6 +155,7 @@ class Param:
     default: Any
     parse: Callable[[str], Any]
     help: str = ""
+    url: bool = True  # False: kept across pages in the session, never read from or written to a link
 
     def to_text(self, value) -> str:
         if isinstance(value, (list, tuple)):
@@ -182,7 +184,13 @@ _P = [
     Param("kv_lora_rank", 512, int_parser("kv_lora_rank", 1, 16384)),
     Param("rope_dim", 64, int_parser("rope_dim", 1, 1024)),
     Param("config", "", lambda text: (decode_config(text), text)[1], "an uploaded config, encoded"),
+    # what-if sliders (KV and Roofline pages): 0 / "" = the chosen model's own value
+    *[Param(f"wi_{short}", 0, int_parser(f"wi_{short}", 0, MAX_WHAT_IF_LAYERS if short == "layers"
+                                          else MAX_WHAT_IF_WIDTH), f"what-if {field}; 0: the model's own")
+      for field, short, _, _ in WHAT_IF_FIELDS],
+    Param("wi_kv_dtype", "", choice_parser("wi_kv_dtype", ("", *KV_DTYPES)), "what-if KV dtype; empty: the sidebar's"),
     # KV page
+    Param("kv_model2", "", choice_parser("kv_model2", lambda: ["", *model_ids()]), "a second model beside the first"),
     Param("cache_layout", "latent", choice_parser("cache_layout", ("latent", "expanded"))),
     Param("block_size", 0, int_parser("block_size", 0, 1 << 20),
           "0: the page's default (KV page: no rounding; capacity: 64 for MLA, 16 otherwise)"),
@@ -225,6 +233,15 @@ _P = [
         Param(f"cmp{i}_kv_dtype", "auto", choice_parser(f"cmp{i}_kv_dtype", KV_DTYPES)),
     )],
 ]
+# Widget keys kept across pages for the session only (a run's settings, the shown run, a toggle):
+# never in a link. Default None: not set until the page seeds it.
+SESSION_KEYS = (
+    "_bench_device", "_bench_dtype", "_bench_quick", "_bench_batch", "_bench_context", "_bench_heads", "_bench_gqa",
+    "_bench_kernels", "_bench_reps", "_bench_stream_mib", "_bench_matmul_n", "_bench_budget_s", "_bench_label",
+    "_bench_show", "_bench_compare", "_bench_cmp_by_shape", "_bench_cmp_metric", "_bench_selected",
+    "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model",
+)
+_P += [Param(key, None, str, "session only", url=False) for key in SESSION_KEYS]
 PARAMS: dict[str, Param] = {p.key: p for p in _P}
 
 
@@ -244,7 +261,7 @@ def parse_query(query) -> tuple[dict[str, Any], list[str]]:
             raw = raw[-1] if raw else ""
         text = str(raw)
         param = PARAMS.get(key)
-        if param is None:
+        if param is None or not param.url:
             warnings.append(f"Ignored unknown link parameter {_short(key)}.")
             continue
         if len(text) > MAX_PARAM_CHARS:
@@ -258,11 +275,13 @@ def parse_query(query) -> tuple[dict[str, Any], list[str]]:
 
 
 def to_query(values: dict[str, Any]) -> dict[str, str]:
-    """The full state as query parameters (every known key, defaults included)."""
+    """The state as query parameters: only the values that differ from their defaults, so a
+    link says what was changed and opening it (every other value at its default) gives the
+    same view."""
     out = {}
     for key, param in PARAMS.items():
         value = values.get(key, param.default)
-        if key == "config" and not value:
+        if not param.url or value == param.default or (isinstance(value, (list, tuple)) and list(value) == list(param.default or [])):
             continue
         out[key] = param.to_text(value)
     return out

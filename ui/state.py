@@ -2,10 +2,11 @@
 
 - `init()` (top of app.py, every run): on a session's first run the query parameters are parsed
   (`ui.params`); refused values fall back to their defaults and the reasons are kept for
-  `show_link_warnings()`. On later runs every known key is re-assigned to itself, because
-  Streamlit drops a widget's key when a page does not draw the widget.
-- `sync_url()` (end of app.py, every run): the URL gets the full state, so a copied link
-  reopens the same view.
+  `show_link_warnings()`. On later runs every key of the one registry (`params.PARAMS`: the
+  link's parameters and the session-only widget keys such as the benchmark's settings) is
+  re-assigned to itself, because Streamlit drops a widget's key when a page does not draw it.
+- `sync_url()` (end of app.py, every run): the URL gets what differs from the defaults, so a
+  copied link reopens the same view.
 - Every run is counted for the benchmark (ui.bench_runs.note_rerun): other sessions' reruns
   during a run are evidence that it was disturbed.
 Widgets use the parameter names as keys and no `value=` (the state seeds them).
@@ -40,18 +41,22 @@ def init() -> None:
             warnings.append("The link says model=upload but carries no config; the default model is used.")
             values.pop("model")
         for key, p in params.PARAMS.items():
-            ss[key] = values.get(key, p.default)
+            if p.url:
+                ss[key] = values.get(key, p.default)
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
     else:
         have = set(ss.keys())  # one look at the state (`key in ss` builds the filtered state every time)
         for key, p in params.PARAMS.items():
-            ss[key] = ss[key] if key in have else p.default
+            if key in ss:
+                ss[key] = ss[key]
+            elif p.default is not None:
+                ss[key] = p.default
 
 
 def values() -> dict:
     ss = st.session_state
-    return {k: ss.get(k, p.default) for k, p in params.PARAMS.items()}
+    return {k: ss.get(k, p.default) for k, p in params.PARAMS.items() if p.url}
 
 
 def sync_url() -> None:

@@ -66,3 +66,17 @@ def hide_paths(text: str, *paths: str) -> str:
         if base and base != os.sep:
             text = text.replace(base.rstrip(os.sep) + os.sep, prefix)
     return text
+
+
+def csv_text(rows: list[dict]) -> str:
+    """Rows (dicts with the same keys) as CSV text with a header, None as an empty cell; the
+    standard library's csv writer, which for a table of a few rows is far quicker than pandas."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()

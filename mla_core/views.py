@@ -1,0 +1,747 @@
+"""What each section of the app's pages draws, from one call each (no streamlit here).
+
+A page section calls one function of this module and draws what it returns: the numbers (from
+mla_core.kv / roofline / sweeps), the fallbacks the inputs need (with the warning to show), and
+the chart arrays. Pages and `ui/` hold no arithmetic and no rule about a model's kind; the rules
+live here, next to the core functions they call. Results are frozen dataclasses with
+`to_dict()`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .errors import MLAError
+from .kv import (compare_variants, default_gqa_groups, gqa_group_choices, kv_report, resolve_kv_dtype,
+                 variant_specs)
+from .spec import ModelSpec
+from .sweeps import kv_cache_bytes_vs_context, log_contexts
+from .units import format_tokens
+
+MAX_SWEEP_CONTEXT = 10**15  # a chart's right end never passes this (exact in a browser)
+
+
+class _View:
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def context_limit_warning(model: ModelSpec, context: int) -> str | None:
+    """A warning when `context` exceeds the config's `max_position_embeddings` (the positions
+    the model was configured for; the cache arithmetic still holds, the model may not), else None."""
+    limit = model.max_position_embeddings
+    if limit and context > limit:
+        return (f"{context:,} tokens is beyond {model.name}'s max_position_embeddings ({limit:,} = "
+                f"{format_tokens(limit)}): the cache is costed as asked, but the model is not configured "
+                "for sequences this long.")
+    return None
+
+
+def kv_dtype_for(model: ModelSpec, kv_dtype: str) -> tuple[str, str | None]:
+    """The KV dtype to cost `model` at, and a warning when the shared choice does not apply:
+    fp8_ds_mla exists only for an MLA latent, so another model is costed at fp8."""
+    if kv_dtype == "fp8_ds_mla" and not model.is_mla:
+        return "fp8", f"fp8_ds_mla is an MLA latent layout; {model.name} is costed at fp8."
+    return kv_dtype, None
+
+
+def describe_shape(model: ModelSpec) -> str:
+    """'61 layers, 128 query heads, latent d_c 512 + decoupled RoPE key d_r 64' (or the KV heads)."""
+    a = model.attention
+    return (f"{model.num_hidden_layers} layers, {a.num_attention_heads} query heads, "
+            + (f"latent d_c {a.kv_lora_rank} + decoupled RoPE key d_r {a.qk_rope_head_dim}" if model.is_mla
+               else f"{a.num_key_value_heads} KV heads of d_h {a.head_dim}"))
+
+
+def baseline_head_dim_text(model: ModelSpec) -> str:
+    """How the MHA/GQA/MQA rows' d_h is chosen for this model (DeepSeek-V2 Table 1's convention)."""
+    return ("qk_nope_head_dim (DeepSeek-V2 Table 1's d_h)" if model.is_mla else str(model.attention.head_dim))
+
+
+@dataclass(frozen=True)
+class KVSummary(_View):
+    """The KV page's headline for one model: `report` is `kv.kv_report` at the dtype and layout
+    used; `kv_dtype` / `cache_layout` what was used; `warnings` the fallbacks taken and the
+    context-limit warning; `shape` and `notes` describe the model."""
+
+    model: str
+    kind: str
+    shape: str
+    kv_dtype: str
+    cache_layout: str
+    report: dict
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    sliding_layers: int = 0
+
+
+def kv_summary(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto",
+               cache_layout: str = "latent", block_size: int | None = None) -> KVSummary:
+    """`kv_report` for the page's inputs, after its fallbacks: fp8_ds_mla on a non-MLA model is
+    fp8; a non-MLA model has one layout; fp8_ds_mla with the expanded layout shows the latent.
+    Raises MLAError for inputs the core refuses (a context or batch out of range)."""
+    warnings = []
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        warnings.append(warning)
+    layout = cache_layout if model.is_mla else "latent"
+    if layout == "expanded" and dtype == "fp8_ds_mla":
+        warnings.append("fp8_ds_mla stores the latent only; the latent layout is shown.")
+        layout = "latent"
+    limit = context_limit_warning(model, context)
+    if limit:
+        warnings.append(limit)
+    report = kv_report(model, context, batch, dtype, layout, block_size)
+    return KVSummary(model.name, model.kind, describe_shape(model), dtype, layout, report, tuple(warnings),
+                     tuple(model.notes), model.num_sliding_layers)
+
+
+def layer_map_view(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent",
+                   block_size: int | None = None):
+    """`kv.layer_map` after the KV page's fallbacks (fp8_ds_mla on a non-MLA model is fp8; the
+    expanded layout only for MLA, and never with fp8_ds_mla, which stores the latent)."""
+    from .kv import layer_map
+
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    layout = cache_layout if (model.is_mla and not (cache_layout == "expanded" and dtype == "fp8_ds_mla")) else "latent"
+    return layer_map(model, context, dtype, layout, block_size=block_size)
+
+
+@dataclass(frozen=True)
+class KVVariants(_View):
+    """The same width as MHA, GQA, MQA, MLA latent and MLA expanded: `rows` from
+    `kv.compare_variants`; `gqa_choices` (0 = default first) and `default_gqa_groups`;
+    `gqa_groups` in use (0 = default); `warnings`; `mla_as_gqa_groups`, `mla_vs_mha` and
+    `expanded_vs_latent` (None without an expanded row) for the sentence above the table;
+    `baseline_head_dim` (how d_h is chosen)."""
+
+    rows: tuple[dict, ...]
+    gqa_choices: tuple[int, ...]
+    default_gqa_groups: int
+    gqa_groups: int
+    mla_as_gqa_groups: float
+    mla_vs_mha: float
+    expanded_vs_latent: float | None
+    baseline_head_dim: str
+    model_is_mla: bool
+    warnings: tuple[str, ...] = ()
+
+
+def kv_variants(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto", *,
+                gqa_groups: int = 0, kv_lora_rank: int = 0, qk_rope_head_dim: int = 0,
+                block_size: int | None = None) -> KVVariants:
+    """`compare_variants` with the page's settings (0 = the default for each); a GQA group count
+    that does not divide the query heads falls back to the default with a warning."""
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    choices = gqa_group_choices(model)
+    warnings = []
+    if gqa_groups and gqa_groups not in choices:
+        warnings.append(f"GQA groups {gqa_groups} does not divide the {model.attention.num_attention_heads} query "
+                        f"heads of {model.name}; the default is used.")
+        gqa_groups = 0
+    rows = compare_variants(model, context, batch, dtype, gqa_groups=gqa_groups or None,
+                            kv_lora_rank=kv_lora_rank or None, qk_rope_head_dim=qk_rope_head_dim or None,
+                            block_size=block_size)
+    by = {r["key"]: r for r in rows}
+    latent = by["mla"]
+    expanded = by.get("mla-expanded")
+    return KVVariants(tuple(rows), (0, *choices), default_gqa_groups(model), gqa_groups,
+                      latent["gqa_groups_equivalent"], latent["vs_mha"],
+                      expanded["vs_mla_latent"] if expanded else None, baseline_head_dim_text(model), model.is_mla,
+                      tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Series(_View):
+    """One line of a chart: `x` and `y` (ints), its `label`, `is_model`, and the value at the
+    chosen x (`x_here`, `y_here`)."""
+
+    label: str
+    x: tuple[int, ...]
+    y: tuple[int, ...]
+    x_here: int
+    y_here: int
+    is_model: bool = False
+
+
+@dataclass(frozen=True)
+class KVSweep(_View):
+    """The KV page's main chart: one `Series` of cache bytes against context per same-width
+    variant (x: tokens per sequence, y: bytes for `batch` sequences), plus `second` (a second
+    model's own cache, or None)."""
+
+    context: int
+    batch: int
+    series: tuple[Series, ...]
+    second: Series | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def sweep_contexts(context: int, points: int = 128):
+    """The x values of a chart against context: `points` log-spaced counts (128: smooth on a log
+    axis, and half the hover text of 256) from min(1K, T) to
+    max(1M, 4 T), capped at 10^15 (numpy int64 array)."""
+    return log_contexts(min(1024, context), min(MAX_SWEEP_CONTEXT, max(1 << 20, 4 * context)), points)
+
+
+def kv_sweep(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto", *, gqa_groups: int = 0,
+             kv_lora_rank: int = 0, qk_rope_head_dim: int = 0, block_size: int | None = None,
+             second: ModelSpec | None = None, second_kv_dtype: str | None = None) -> KVSweep:
+    """KV cache bytes against context for each same-width variant of `model`
+    (`kv.variant_specs`) and for `second`'s own cache when given (`sweeps.kv_cache_bytes_vs_context`).
+    Raises MLAError for inputs the core refuses."""
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    if gqa_groups and gqa_groups not in gqa_group_choices(model):
+        gqa_groups = 0
+    xs = sweep_contexts(context)
+    x = tuple(int(t) for t in xs)
+    out = []
+    for label, spec, layout, d in variant_specs(model, dtype, gqa_groups=gqa_groups or None,
+                                                kv_lora_rank=kv_lora_rank or None,
+                                                qk_rope_head_dim=qk_rope_head_dim or None):
+        y = tuple(int(n) for n in kv_cache_bytes_vs_context(spec, xs, batch, d, layout, block_size=block_size))
+        here = int(kv_cache_bytes_vs_context(spec, [context], batch, d, layout, block_size=block_size)[0])
+        out.append(Series(label, x, y, context, here, layout == "latent" and spec.attention == model.attention))
+    two = None
+    if second is not None:
+        d2, _ = kv_dtype_for(second, second_kv_dtype or kv_dtype)
+        y = tuple(int(n) for n in kv_cache_bytes_vs_context(second, xs, batch, d2, block_size=block_size))
+        here = int(kv_cache_bytes_vs_context(second, [context], batch, d2, block_size=block_size)[0])
+        two = Series(f"{second.name} ({second.kind.upper()}, {resolve_kv_dtype(second, d2)})", x, y, context, here)
+    return KVSweep(context, batch, tuple(out), two)
+
+
+# ---------------------------------------------------------------------------------------------
+# Roofline page
+
+TP_DEGREES = (1, 2, 4, 8, 16)
+STEP_BATCH_MAX = 1024  # the step chart's batches run 1..1024 (or to 4 B beyond)
+
+
+@dataclass(frozen=True)
+class RooflineGPU(_View):
+    """The GPU the roofline uses: `gpu` (a preset, or the preset with a typed peak, or the
+    fallback), `name`, and a `message` with its `level` ('info' or 'warning') when the chosen
+    part needed one. `needs_peak`: the preset publishes no tensor peak (Apple)."""
+
+    gpu: object
+    name: str
+    needs_peak: bool
+    level: str = ""
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return {"gpu": self.gpu.id, "name": self.name, "needs_peak": self.needs_peak, "level": self.level,
+                "message": self.message}
+
+
+def roofline_gpu(preset, name: str, peak_tflops: float, fallback, fallback_name: str) -> RooflineGPU:
+    """A roofline needs a bandwidth and a tensor peak: a preset without a peak takes the typed
+    `peak_tflops` (> 0) with its own bandwidth, else `fallback` is shown with a warning."""
+    from .hardware import custom_gpu
+
+    if preset.bandwidth_TBps and preset.bf16_TFLOPS:
+        return RooflineGPU(preset, name, False)
+    if preset.bandwidth_TBps and peak_tflops > 0:
+        try:
+            gpu = custom_gpu(preset.memory_GB, bf16_TFLOPS=peak_tflops, base=preset)
+        except MLAError as e:
+            return RooflineGPU(fallback, fallback_name, True, "warning", f"{e}; showing {fallback_name} instead.")
+        return RooflineGPU(gpu, name, True, "info",
+                           f"{name}: no published tensor peak; using the {peak_tflops:g} TFLOP/s typed below with its "
+                           f"{preset.bandwidth_TBps:g} TB/s bandwidth.")
+    return RooflineGPU(fallback, fallback_name, True, "warning",
+                       f"{name} has no published dense tensor peak, so it has no roofline. Type a peak (bf16 TFLOP/s) "
+                       f"under Roofline settings; until then the page shows {fallback_name}.")
+
+
+@dataclass(frozen=True)
+class RooflinePoint(_View):
+    """One variant's decode attention on the roofline: `label`, `kv_dtype`, `mla_path`,
+    `result` (`roofline.attention_roofline`, every query head on one GPU) and `is_model`."""
+
+    label: str
+    kv_dtype: str
+    mla_path: str
+    result: dict
+    is_model: bool
+    spec: object = None
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "kv_dtype": self.kv_dtype, "mla_path": self.mla_path, "result": self.result,
+                "is_model": self.is_model}
+
+
+@dataclass(frozen=True)
+class RooflineView(_View):
+    """The Roofline page's headline and main chart: `points` (each variant at TP 1), `own_label`
+    (the point that is the model), `own_all` / `own_tp` (the model with all heads / one GPU's share
+    at `tp`), `step` (`roofline.roofline`, the whole decode step at `tp`), `mla_path` and
+    `kv_dtype` used, `ridge` (bf16 peak / bandwidth), `roof_x` / `roof_y` (the roof's corners,
+    flop/B and flop/s, spanning every point and `extra_intensities`), `warnings`."""
+
+    points: tuple[RooflinePoint, ...]
+    own_label: str
+    own_all: dict
+    own_tp: dict
+    step: dict
+    mla_path: str
+    kv_dtype: str
+    tp: int
+    ridge: float
+    roof_x: tuple[float, ...]
+    roof_y: tuple[float, ...]
+    baseline_head_dim: str
+    warnings: tuple[str, ...] = ()
+    max_batch_that_fits: int | None = None  # whole sequences `tp` GPUs hold (serving.largest_batch_that_fits)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("own_label", "own_all", "own_tp", "step", "mla_path", "kv_dtype", "tp",
+                                           "ridge", "roof_x", "roof_y", "warnings", "max_batch_that_fits")}
+        d["points"] = [p.to_dict() for p in self.points]
+        return d
+
+
+def roof(gpu, intensities, dtype: str = "bf16") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The roofline's corners (x in flop/B, y in flop/s) from min(0.1, lowest / 3) to
+    max(10 ridge, 3 highest): min(peak, bandwidth x intensity) at the ends and the ridge."""
+    from .roofline import attainable_flops
+
+    ridge = gpu.peak_flops(dtype) / gpu.bandwidth_Bps
+    xs = [float(x) for x in intensities if x and x > 0]
+    lo = min(0.1, min(xs, default=1.0) / 3)
+    hi = max(10 * ridge, 3 * max(xs, default=1.0))
+    x = (lo, ridge, hi)
+    return x, tuple(attainable_flops(t, gpu, dtype) for t in x)
+
+
+def roofline_variants(model: ModelSpec, kv_dtype: str, *, gqa_groups: int = 0, kv_lora_rank: int = 0,
+                      qk_rope_head_dim: int = 0) -> list:
+    """`roofline.decode_variants` (label, spec, kv dtype, mla path) with the page's 0 = default
+    inputs; a GQA group count that does not divide n_h is the default."""
+    from .roofline import decode_variants
+
+    if gqa_groups and gqa_groups not in gqa_group_choices(model):
+        gqa_groups = 0
+    return decode_variants(model, kv_dtype, gqa_groups=gqa_groups or None, kv_lora_rank=kv_lora_rank or None,
+                           qk_rope_head_dim=qk_rope_head_dim or None)
+
+
+def roofline_view(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
+                  weights_dtype: str | None = None, mla_path: str = "absorbed", tp: int = 1, gqa_groups: int = 0,
+                  kv_lora_rank: int = 0, qk_rope_head_dim: int = 0, extra_intensities=()) -> RooflineView:
+    """Every variant's decode attention on `gpu`'s roofline, and the model's whole step at `tp`
+    (`roofline.attention_roofline`, `roofline.roofline`). Fallbacks: fp8_ds_mla on a non-MLA
+    model is fp8; the expanded path with fp8_ds_mla (latent only) is the absorbed path; a GQA
+    group count that does not divide n_h is the default. Raises MLAError on inputs the core refuses."""
+    from .roofline import attention_roofline, roofline
+
+    warnings = []
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        warnings.append(warning)
+    if model.is_mla and mla_path == "expanded" and dtype == "fp8_ds_mla":
+        warnings.append("fp8_ds_mla stores the latent only; the decode step uses the absorbed path.")
+        mla_path = "absorbed"
+    if gqa_groups and gqa_groups not in gqa_group_choices(model):
+        warnings.append(f"GQA groups {gqa_groups} does not divide the query heads of {model.name}; the default is used.")
+        gqa_groups = 0
+    limit = context_limit_warning(model, context)
+    if limit:
+        warnings.append(limit)
+    from .kv import tp_split_error
+
+    split = tp_split_error(model, tp)
+    if split:
+        warnings.append(f"{split}: engines refuse this TP; the figures take max(1, heads // tp) heads a GPU")
+    points = []
+    for label, spec, d, path in roofline_variants(model, dtype, gqa_groups=gqa_groups, kv_lora_rank=kv_lora_rank,
+                                                  qk_rope_head_dim=qk_rope_head_dim):
+        mine = (label == f"MLA {mla_path}") if model.is_mla else (not spec.is_mla and spec.attention == model.attention)
+        r = attention_roofline(spec, gpu, context=context, batch=batch, kv_dtype=d, mla_path=path)
+        points.append(RooflinePoint(label, d, path, r, mine, spec))
+    step = roofline(model, gpu, context=context, batch=batch, kv_dtype=dtype, weights_dtype=weights_dtype,
+                    mla_path=mla_path, tp=tp)
+    own_all = attention_roofline(model, gpu, context=context, batch=batch, kv_dtype=dtype, mla_path=mla_path)
+    own_tp = attention_roofline(model, gpu, context=context, batch=batch, kv_dtype=dtype, mla_path=mla_path, tp=tp)
+    own_label = next((p.label for p in points if p.is_model), f"{model.kind.upper()} (this model)")
+    rx, ry = roof(gpu, [*(p.result["attention_intensity_flop_per_byte"] for p in points),
+                        own_tp["attention_intensity_flop_per_byte"], *extra_intensities])
+    return RooflineView(tuple(points), own_label, own_all, own_tp, step, mla_path, dtype, tp,
+                        gpu.ridge_flop_per_byte, rx, ry, baseline_head_dim_text(model), tuple(warnings),
+                        _fits_up_to(model, gpu, context, tp, dtype, weights_dtype, mla_path))
+
+
+@dataclass(frozen=True)
+class StepSweep(_View):
+    """The whole decode step against batch: `batches` (the x values), `lines` of
+    (label, is_model, `sweeps.decode_step_vs_batch` arrays as lists), `crossover` (the first
+    batch at which the model's step is compute bound, found on every batch to 1,024 or a fine
+    log grid beyond; None if it stays memory bound), `batch` (the chosen one)."""
+
+    batches: tuple[int, ...]
+    lines: tuple[tuple[str, bool, dict], ...]
+    crossover: int | None
+    batch: int
+    fits_up_to: int | None = None  # the largest batch memory holds (serving.largest_batch_that_fits)
+
+
+def step_sweep(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
+               weights_dtype: str | None = None, mla_path: str = "absorbed", tp: int = 1, own_label: str = "",
+               variants: list | None = None) -> StepSweep:
+    """`sweeps.decode_step_vs_batch` for the model (first) and for `variants` (from
+    `roofline_variants`, the recompute path left out) when given; ~200 log-spaced batches plus the
+    chosen batch and the two either side of the crossover."""
+    from .sweeps import decode_step_vs_batch
+    from .validate import MAX_BATCH
+
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    if model.is_mla and mla_path == "expanded" and dtype == "fp8_ds_mla":
+        mla_path = "absorbed"
+    hi = STEP_BATCH_MAX if batch <= STEP_BATCH_MAX else min(MAX_BATCH, 4 * batch)
+    fine = sorted({*(range(1, STEP_BATCH_MAX + 1) if hi == STEP_BATCH_MAX
+                     else (int(b) for b in log_contexts(1, hi, 2000))), batch})
+    own = decode_step_vs_batch(model, gpu, fine, context=context, kv_dtype=dtype, weights_dtype=weights_dtype,
+                               mla_path=mla_path, tp=tp)
+    at = next((i for i, c in enumerate(own["compute_bound"]) if c), None)
+    crossover = fine[at] if at is not None else None
+    batches = sorted({*(int(b) for b in log_contexts(1, hi, 200)), batch, *((fine[at - 1], crossover) if at else ())})
+    todo = [(own_label or model.kind.upper(), True, model, dtype, mla_path)]
+    todo += [(label, False, spec, d, path) for label, spec, d, path in (variants or [])
+             if label != own_label and (not spec.is_mla or path != "recompute")]
+    lines = []
+    for label, mine, spec, d, path in todo:
+        s = decode_step_vs_batch(spec, gpu, batches, context=context, kv_dtype=d, weights_dtype=weights_dtype,
+                                 mla_path=path, tp=tp)
+        lines.append((label, mine, {k: val.tolist() for k, val in s.items()}))
+    return StepSweep(tuple(batches), tuple(lines), crossover, batch,
+                     _fits_up_to(model, gpu, context, tp, dtype, weights_dtype, mla_path))
+
+
+def _fits_up_to(model: ModelSpec, gpu, context: int, tp: int, kv_dtype: str, weights_dtype, mla_path: str):
+    """The largest batch of whole sequences `tp` GPUs hold (the Capacity page's rule), or None
+    when it cannot be computed (a GPU without a memory figure, a split the heads refuse)."""
+    from .serving import largest_batch_that_fits
+
+    try:
+        return largest_batch_that_fits(model, gpu, context=context, tp=tp, kv_dtype=kv_dtype,
+                                       weights_dtype=weights_dtype,
+                                       cache_layout="expanded" if (model.is_mla and mla_path == "expanded")
+                                       else "latent")
+    except MLAError:
+        return None
+
+
+@dataclass(frozen=True)
+class TPComparison(_View):
+    """MLA's attention intensity per GPU under TP against DP-attention, and GQA's under TP:
+    `degrees`, `rows` of (tp, MLA under TP, MLA with DP-attention, GQA under TP) as
+    `attention_roofline` dicts, `mla_label`, `gqa_label`, `ridge`."""
+
+    degrees: tuple[int, ...]
+    rows: tuple[tuple[int, dict, dict, dict], ...]
+    mla_label: str
+    gqa_label: str
+    ridge: float
+
+
+def tp_comparison(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
+                  mla_path: str = "absorbed", tp: int = 8, gqa_groups: int = 0, kv_lora_rank: int = 0,
+                  qk_rope_head_dim: int = 0) -> TPComparison:
+    """The model's MLA (or its same-width MLA variant) and GQA variant at TP 1, 2, 4, 8, 16 and
+    `tp` (`roofline.attention_roofline`); the expanded path with fp8_ds_mla is the absorbed one."""
+    from .roofline import attention_roofline
+
+    dtype, _ = kv_dtype_for(model, kv_dtype)
+    vs = roofline_variants(model, dtype, gqa_groups=gqa_groups, kv_lora_rank=kv_lora_rank,
+                           qk_rope_head_dim=qk_rope_head_dim)
+    _, mla_spec, mla_dtype, _ = next(x for x in vs if x[0] == "MLA absorbed")
+    gqa_label, gqa_spec, gqa_dtype, _ = next(x for x in vs if x[0].startswith("GQA"))
+    path = "absorbed" if (mla_path == "expanded" and mla_dtype == "fp8_ds_mla") else mla_path
+    label = f"MLA {path}" + ("" if model.is_mla else " (same-width variant)")
+    degrees = tuple(sorted({*TP_DEGREES, tp}))
+    kw = dict(context=context, batch=batch)
+    rows = tuple((t, attention_roofline(mla_spec, gpu, kv_dtype=mla_dtype, mla_path=path, tp=t, **kw),
+                  attention_roofline(mla_spec, gpu, kv_dtype=mla_dtype, mla_path=path, tp=t, dp_attention=True, **kw),
+                  attention_roofline(gqa_spec, gpu, kv_dtype=gqa_dtype, tp=t, **kw)) for t in degrees)
+    return TPComparison(degrees, rows, label, gqa_label, gpu.ridge_flop_per_byte)
+
+
+def measured_roof(bandwidth_GBps: float, matmul_TFLOPs: float, x_lo: float, x_hi: float):
+    """The roof of measured ceilings (x flop/B, y flop/s at lo, ridge, hi), or None when the
+    figures cannot make a GPU."""
+    from .hardware import custom_gpu
+    from .roofline import attainable_flops
+
+    try:
+        g = custom_gpu(1.0, bandwidth_TBps=bandwidth_GBps / 1000, bf16_TFLOPS=matmul_TFLOPs)
+    except MLAError:
+        return None
+    x = (x_lo, g.ridge_flop_per_byte, x_hi)
+    return x, tuple(attainable_flops(t, g, "bf16") for t in x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity page
+
+GMU_MIN = 0.01  # the page's gpu_memory_utilization floor; a link may carry anything in (0, 1]
+
+
+def parallel_fallback(num_gpus: int, tp: int, where: str = "Configuration 1") -> tuple[int, str | None]:
+    """(num_gpus to use, error): tp must divide num_gpus (MODEL.md); else one TP group is costed."""
+    if num_gpus % tp:
+        return tp, (f"{where}: tp ({tp}) must divide num_gpus ({num_gpus}). "
+                    f"Showing num_gpus = {tp} (one TP group) instead.")
+    return num_gpus, None
+
+
+def no_fit_reason(r: dict, gmu: float | None = None) -> str:
+    """Why a `capacity` result holds no KV cache: the weights, or the weights and the reserve."""
+    from .capacity import memory_breakdown
+    from .units import format_bytes
+
+    usable = format_bytes(r["usable_bytes_per_gpu"]) + " usable" + (
+        f" (gpu_memory_utilization {gmu:g} × {format_bytes(r['memory_bytes_per_gpu'])})" if gmu else "")
+    if r["weights_bytes_per_gpu"] >= r["usable_bytes_per_gpu"] or not r["reserve_bytes"]:
+        return f"Weights do not fit: {format_bytes(r['weights_bytes_per_gpu'])} needed per GPU, {usable}."
+    return (f"Weights and reserve do not fit: {format_bytes(r['weights_bytes_per_gpu'])} of weights and "
+            f"{format_bytes(r['reserve_bytes'])} of reserve per GPU, {usable} "
+            f"({format_bytes(memory_breakdown(r)['over'])} short).")
+
+
+def mode_name(dp_attention: bool, tp: int) -> str:
+    return "DP-attention" if dp_attention else f"TP{tp}"
+
+
+@dataclass(frozen=True)
+class CapacityView(_View):
+    """The Capacity page's headline: `by_mode` ({'tp': ..., 'dp': ...} `capacity.capacity`
+    dicts with DP-attention off and on), `main` (the one set), the inputs used after the
+    fallbacks (`num_gpus`, `tp`, `dp_attention`, `kv_dtype`, `gpu_memory_utilization`),
+    `kwargs` (the `capacity` arguments shared by the page's other sections), `errors` and
+    `warnings` (fallbacks taken), `no_fit` (why no KV fits, or '')."""
+
+    by_mode: dict
+    main: dict
+    num_gpus: int
+    tp: int
+    dp_attention: bool
+    kv_dtype: str
+    gpu_memory_utilization: float
+    kwargs: dict
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    no_fit: str = ""
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("by_mode", "main", "num_gpus", "tp", "dp_attention", "kv_dtype",
+                                           "gpu_memory_utilization", "errors", "warnings", "no_fit")}
+        return d
+
+
+def capacity_view(model: ModelSpec, gpu, *, context: int, num_gpus: int, tp: int, dp_attention: bool = False,
+                  kv_dtype: str = "auto", weights_dtype: str | None = None, gpu_memory_utilization: float = 0.9,
+                  block_size: int | None = None, reserve_bytes: int = 0) -> CapacityView:
+    """`capacity.capacity` with DP-attention off and on, after the page's fallbacks: tp not
+    dividing num_gpus costs one TP group; gpu_memory_utilization below GMU_MIN is raised to it;
+    fp8_ds_mla on a non-MLA model is fp8. Raises MLAError on inputs the core refuses."""
+    from .capacity import capacity
+
+    errors, warnings = [], []
+    if gpu_memory_utilization < GMU_MIN:
+        warnings.append(f"gpu_memory_utilization {gpu_memory_utilization:g} is below {GMU_MIN}; {GMU_MIN} is used.")
+        gpu_memory_utilization = GMU_MIN
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        warnings.append(warning)
+    limit = context_limit_warning(model, context)
+    if limit:
+        warnings.append(limit)
+    n, err = parallel_fallback(num_gpus, tp)
+    if err:
+        errors.append(err)
+    kwargs = dict(context=context, weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization,
+                  block_size=block_size, reserve_bytes=reserve_bytes, gpu=gpu, num_gpus=n, tp=tp, kv_dtype=dtype)
+    by_mode = {"tp": capacity(model, dp_attention=False, **kwargs), "dp": capacity(model, dp_attention=True, **kwargs)}
+    main = by_mode["dp" if dp_attention else "tp"]
+    return CapacityView(by_mode, main, n, tp, dp_attention, dtype, gpu_memory_utilization, kwargs, tuple(errors),
+                        tuple(warnings), "" if main["weights_fit"] else no_fit_reason(main, gpu_memory_utilization))
+
+
+def memory_bars(results: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """[(name, `capacity.memory_breakdown(result)`)] for the memory-per-GPU chart."""
+    from .capacity import memory_breakdown
+
+    return [(name, memory_breakdown(r)) for name, r in results]
+
+
+@dataclass(frozen=True)
+class CapacityVariants(_View):
+    """The same model costed as MHA, GQA, MQA and MLA: `rows` (`capacity.capacity_variants`)
+    and one `Series` of whole concurrent requests against context per row (`y_here` at the
+    chosen context)."""
+
+    rows: tuple[dict, ...]
+    series: tuple[Series, ...]
+    gqa_groups: int | None
+
+
+def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: int = 0) -> CapacityVariants:
+    """`capacity_variants` with the headline's inputs, and each row's requests against context
+    (`sweeps.concurrent_requests_vs_context` over `sweep_contexts`). A GQA group count that does
+    not divide n_h takes the default."""
+    from .capacity import capacity_variants
+    from .sweeps import concurrent_requests_vs_context
+
+    groups = gqa_groups if gqa_groups in gqa_group_choices(model) else None
+    kw = view.kwargs
+    rows = capacity_variants(model, dp_attention=view.dp_attention, gqa_groups=groups, **kw)
+    specs = variant_specs(model, view.kv_dtype, gqa_groups=groups)
+    xs = sweep_contexts(kw["context"])
+    x = tuple(int(t) for t in xs)
+    series = []
+    for r, (label, spec, layout, dtype) in zip(rows, specs):
+        n = concurrent_requests_vs_context(spec, xs, r["kv_budget_bytes_per_gpu"], replicas=r["replicas"],
+                                           kv_dtype=dtype, cache_layout=layout, block_size=r["block_size"],
+                                           tp=view.tp, dp_attention=view.dp_attention)
+        series.append(Series(label, x, tuple(int(c) for c in n), kw["context"], r["max_concurrent_requests"],
+                             r["is_model"]))
+    return CapacityVariants(tuple(rows), tuple(series), groups)
+
+
+@dataclass(frozen=True)
+class AllocatorWaste(_View):
+    """An MHA-formula allocator against the latent (`capacity.allocator_waste`), for TP and
+    DP-attention (`by_mode`), the one set (`main`), and the query heads per GPU each way."""
+
+    by_mode: dict
+    main: dict
+    heads_tp: int
+    heads_dp: int
+
+
+def allocator_waste_view(model: ModelSpec, view: CapacityView) -> AllocatorWaste | None:
+    """None for a model without MLA (its allocator already uses the per-KV-head formula)."""
+    from .capacity import allocator_waste
+    from .kv import heads_per_gpu
+
+    if not model.is_mla:
+        return None
+    by_mode = {m: allocator_waste(model, dp_attention=m == "dp", **view.kwargs) for m in ("tp", "dp")}
+    n_h = model.attention.num_attention_heads
+    return AllocatorWaste(by_mode, by_mode["dp" if view.dp_attention else "tp"], heads_per_gpu(n_h, view.tp),
+                          heads_per_gpu(n_h, view.tp, True))
+
+
+def capacity_across_gpus(model: ModelSpec, view: CapacityView, gpus) -> list[tuple[object, dict, dict | None]]:
+    """[(gpu, capacity, MHA-formula capacity or None)] on each of `gpus` with the headline's
+    other inputs; a GPU the core refuses is left out."""
+    from .capacity import allocator_waste, capacity
+
+    kw = {k: val for k, val in view.kwargs.items() if k != "gpu"}
+    out = []
+    for g in gpus:
+        try:
+            r = capacity(model, gpu=g, dp_attention=view.dp_attention, **kw)
+            e = allocator_waste(model, gpu=g, dp_attention=view.dp_attention, **kw)["expanded"] if model.is_mla else None
+        except MLAError:
+            continue
+        out.append((g, r, e))
+    return out
+
+
+@dataclass(frozen=True)
+class Configuration(_View):
+    """A comparison configuration: its `result` (`capacity.capacity`, or None when refused),
+    the inputs used, and `messages` ((level, text) pairs)."""
+
+    i: int
+    model: object
+    gpu: object
+    num_gpus: int
+    tp: int
+    dp_attention: bool
+    result: dict | None
+    messages: tuple[tuple[str, str], ...] = ()
+    no_fit: str = ""
+
+    def to_dict(self) -> dict:
+        return {"i": self.i, "model": getattr(self.model, "name", None), "gpu": getattr(self.gpu, "id", None),
+                "num_gpus": self.num_gpus, "tp": self.tp, "dp_attention": self.dp_attention, "result": self.result,
+                "messages": self.messages, "no_fit": self.no_fit}
+
+
+def configuration(i: int, model: ModelSpec, gpu, view: CapacityView, *, num_gpus: int, tp: int,
+                  dp_attention: bool, kv_dtype: str) -> Configuration:
+    """Configuration `i` of the comparison: its own model, GPU, parallelism and KV dtype, the
+    headline's context, gpu_memory_utilization, reserve, weights dtype and block size."""
+    from .capacity import capacity
+
+    messages = []
+    dtype, warning = kv_dtype_for(model, kv_dtype)
+    if warning:
+        messages.append(("warning", warning))
+    n, err = parallel_fallback(num_gpus, tp, f"Configuration {i}")
+    if err:
+        messages.append(("error", err))
+    kw = {k: view.kwargs[k] for k in ("context", "weights_dtype", "gpu_memory_utilization", "block_size",
+                                      "reserve_bytes")}
+    try:
+        r = capacity(model, gpu=gpu, num_gpus=n, tp=tp, dp_attention=dp_attention, kv_dtype=dtype, **kw)
+    except MLAError as e:
+        messages.append(("error", str(e)))
+        r = None
+    return Configuration(i, model, gpu, n, tp, dp_attention, r, tuple(messages),
+                         no_fit_reason(r) if r is not None and not r["weights_fit"] else "")
+
+
+def configurations_by_context(configs: list[Configuration], context: int) -> tuple[tuple[int, ...], list[tuple]]:
+    """(contexts, [(configuration, requests at each)]): whole concurrent requests of each
+    configuration at 4K, 32K, 128K and the chosen context (`sweeps.concurrent_requests_vs_context`)."""
+    from .sweeps import concurrent_requests_vs_context
+
+    contexts = tuple(sorted({4096, 32768, 131072, context}))
+    out = []
+    for c in configs:
+        r = c.result
+        n = concurrent_requests_vs_context(c.model, contexts, r["kv_budget_bytes_per_gpu"], replicas=r["replicas"],
+                                           kv_dtype=r["kv_dtype"], cache_layout="latent",
+                                           block_size=r["block_size"], tp=c.tp, dp_attention=c.dp_attention)
+        out.append((c, tuple(int(x) for x in n)))
+    return contexts, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Published-figures page
+
+@dataclass(frozen=True)
+class ClaimsView(_View):
+    """The published-figures page: `summary` (`claims.summarize` of every claim), `shown` (the
+    claims the filters keep), `plotted` (those with positive stated and recomputed figures),
+    `diagonal` (the chart's x = y line ends), `differing` (shown claims whose figure differs)
+    and `titles` (seed id -> document title)."""
+
+    summary: dict
+    shown: tuple[dict, ...]
+    plotted: tuple[dict, ...]
+    diagonal: tuple[float, float]
+    differing: tuple[dict, ...]
+    titles: dict
+
+
+def claims_view(claims: list[dict], *, topics=(), verdicts=(), sources=()) -> ClaimsView:
+    """Filter evaluated claims (`claims.evaluate_all`) by topic, verdict and source seed (an empty
+    filter keeps all) and summarise them for the page."""
+    from .claims import summarize
+
+    def keep(c: dict) -> bool:
+        return all(not chosen or value in chosen for chosen, value in (
+            (topics, c["topic"]), (verdicts, c["verdict"]), (sources, c["source"]["seed"])))
+
+    shown = tuple(c for c in claims if keep(c))
+    plotted = tuple(c for c in shown if c["computed"] > 0 and c["stated"]["value"] > 0)
+    values = [x for c in plotted for x in (c["computed"], c["stated"]["value"])]
+    diagonal = (min(values) / 2, max(values) * 2) if values else (1.0, 1.0)
+    titles = {c["source"]["seed"]: c["source"].get("title", c["source"]["seed"]) for c in claims}
+    return ClaimsView(summarize(claims), shown, plotted, diagonal,
+                      tuple(c for c in shown if c["verdict"] == "differs"), titles)
