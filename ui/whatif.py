@@ -91,7 +91,7 @@ def context_control() -> None:
     st.select_slider("Context, on a log scale", CONTEXT_STOPS, key=CONTEXT_SLIDER,
                      on_change=_from_slider, args=("context", CONTEXT_SLIDER),
                      format_func=token_label,
-                     help="Each step doubles (a log scale), then 10,000,000; type any count below. " + TOKEN_RULE)
+                     help="Each step doubles (a log scale), then 2M, 4M and 10M; type any count below. " + TOKEN_RULE)
     st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
                     key="context",
                     help="T: tokens held per sequence. Any whole number up to 10^15. " + TOKEN_RULE)
