@@ -34,8 +34,9 @@ def figure(lm: LayerMap, present: bool = False) -> go.Figure:
         ))
     charts.style(fig, title=f"What each layer holds for one sequence at {format_tokens(lm.context)}",
                  x_title="layer (0-based)", y_title="", present=present)
-    fig.update_layout(barmode="stack", height=260 if not present else 300, bargap=0.05,
-                      yaxis={"visible": False, "range": [0, 1]}, legend={"orientation": "h", "y": -0.35})
+    fig.update_layout(barmode="stack", height=320 if not present else 360, bargap=0.05,
+                      yaxis={"visible": False, "range": [0, 1]},
+                      legend={"orientation": "h", "y": -0.55, "yanchor": "top"}, margin={"b": 110})
     return fig
 
 
