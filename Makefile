@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8501
+SHARED ?= ../shared
 
 .PHONY: app test bench cases venv clean
 
@@ -25,8 +26,13 @@ app: $(VENV)/.app-installed
 test: $(VENV)/.test-installed
 	$(PY) -m pytest
 
+# The project's acceptance cases (tests/fixtures/cases, also run by `make test`); and, where a team
+# folder ../shared sits beside the clone, its cases too. A plain clone says so and passes.
 cases: $(VENV)/.app-installed
-	$(PY) ../shared/tools/check_cases.py
+	$(PY) tests/cases_check.py
+	@if [ -f $(SHARED)/tools/check_cases.py ]; then \
+		echo "$(SHARED) found: running its cases too"; $(PY) $(SHARED)/tools/check_cases.py; \
+	else echo "no $(SHARED) beside this clone: ran the project's own cases (tests/fixtures/cases) only"; fi
 
 bench: $(VENV)/.test-installed
 	$(PY) benchmarks/run_all.py

@@ -4,7 +4,7 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 """
 import streamlit as st
 
-from mla_core.units import KV_DTYPES
+from mla_core.units import KV_DTYPES, TOKEN_RULE
 from ui import charts, models, params, state, whatif
 
 state.init()
@@ -15,7 +15,10 @@ st.set_page_config(
     layout="wide",
     initial_sidebar_state="collapsed" if present else "expanded",
     menu_items={"About": "The MLA explorer: KV cache, capacity and decode roofline of Multi-head Latent "
-                         "Attention against MHA, GQA and MQA. Definitions: shared/design/MODEL.md."},
+                         "Attention against MHA, GQA and MQA. Every figure follows the definitions in the "
+                         "project's docs/model.md, shown on the [Definitions](/definitions) page (symbols, "
+                         "formulas, units, sources). "
+                         + TOKEN_RULE},
 )
 
 # URL paths differ from the file names on purpose: AppTest otherwise mistakes a page for a
@@ -25,8 +28,10 @@ PAGES = [
     st.Page("pages/kv_cache.py", title="KV cache", icon=":material/database:", url_path="kv", default=True),  # served at /
     st.Page("pages/capacity.py", title="Capacity", icon=":material/stacks:", url_path="concurrency"),
     st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
+    st.Page("pages/serving.py", title="Serving plan", icon=":material/dns:", url_path="serving-plan"),
     st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
     st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:", url_path="published-figures"),
+    st.Page("pages/definitions.py", title="Definitions", icon=":material/menu_book:", url_path="definitions"),
 ]
 page = st.navigation(PAGES)
 

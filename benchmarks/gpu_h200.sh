@@ -7,8 +7,9 @@
 # What it does, in well under 6 minutes on an H200 (the sweep itself is capped at 5 minutes):
 #   1. installs nothing, unless torch is missing: then `pip install -r requirements.txt` only;
 #   2. checks that torch sees a CUDA device and records nvidia-smi's view of it;
-#   3. runs the whole benchmark on CUDA in bf16 at DeepSeek-V3 attention shapes (128 heads,
-#      d_c 512, d_r 64, d_nope 128, d_v 128; MHA/GQA/MQA head_dim 128, GQA 8 groups), sweeping
+#   3. runs the whole benchmark on CUDA in bf16 at DeepSeek-V3's attention shape (`--model
+#      deepseek-v3`: 128 heads, d_c 512, d_r 64, d_nope 128, d_v 128; MHA/GQA/MQA head_dim 128,
+#      GQA 8 groups; the explicit batches and contexts below are measured as given), sweeping
 #      batch 1, 8, 64 x context 4K, 16K, 32K, 128K: copy/read bandwidth (2 GiB buffers, L2
 #      flushed between repetitions), bf16 matmul peak, and the five decode kernels. Points whose
 #      tensors would not fit in 80% of free memory (MHA at 64 x 32K and 64 x 128K: 129 and 516 GiB)
@@ -16,7 +17,10 @@
 #   4. writes ONE result JSON ($OUT/h200-bench-<UTC time>.json, schema
 #      mla_core/bench/result.schema.json) and the printed table beside it (.txt), then checks
 #      the JSON against the schema;
-#   5. if pytest is installed, runs the GPU tests (`-m gpu`, ~20 s) into a log beside them.
+#   5. prints the figures the issue asks for: copy bandwidth as a share of the 4.8 TB/s
+#      datasheet, absorbed MLA decode as a share of its roofline time, absorbed against recompute;
+#   6. with 2 or more GPUs, the collectives (NCCL, 1K..1G) under torchrun into a second JSON;
+#   7. if pytest is installed, runs the GPU tests (`-m gpu`, ~20 s) into a log beside them.
 # Exit status: that of the benchmark (2 with one line on stderr for a refused request).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +57,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 
 status=0
-timeout 300 "$PY" -m mla_core bench --device cuda --dtype bf16 \
+timeout 300 "$PY" -m mla_core bench --model deepseek-v3 --device cuda --dtype bf16 \
     --batch 1,8,64 --context 4K,16K,32K,128K --skip-oversize --budget-s 1 \
     --out "$JSON" > "$OUT/h200-bench-$STAMP.txt" || status=$?
 cat "$OUT/h200-bench-$STAMP.txt"
@@ -62,6 +66,31 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 "$PY" -m mla_core bench --validate "$JSON"
+"$PY" - "$JSON" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+res = r["results"]
+copy = next((x for x in res if x["kernel"] == "copy"), None)
+if copy:
+    print(f"copy: {copy['achieved_GBps']:,.0f} GB/s = {copy['achieved_GBps'] / 4800:.1%} of 4.8 TB/s")
+for a in (x for x in res if x["kernel"] == "mla_absorbed_decode"):
+    s = a["shape"]
+    rec = next((x for x in res if x["kernel"] == "mla_recompute_decode" and x["shape"]["batch"] == s["batch"]
+                and x["shape"]["context"] == s["context"]), None)
+    line = (f"absorbed B={s['batch']} T={s['context']}: {a['median_s'] * 1e3:.3f} ms, "
+            f"{a['predicted_s'] / a['median_s']:.1%} of its roofline time")
+    if rec:
+        line += f"; recompute {rec['median_s'] * 1e3:.3f} ms ({rec['median_s'] / a['median_s']:.1f}x absorbed)"
+    print(line)
+EOF
+NGPU="$("$PY" -c "import torch; print(torch.cuda.device_count())")"
+if [ "$NGPU" -ge 2 ]; then
+    TORCHRUN="$(dirname "$PY")/torchrun"; [ -x "$TORCHRUN" ] || TORCHRUN=torchrun
+    timeout 240 "$TORCHRUN" --standalone --nproc-per-node "$NGPU" -m mla_core bench collectives --device cuda \
+        --out "$OUT/h200-collectives-$STAMP.json" > "$OUT/h200-collectives-$STAMP.txt" 2>&1 \
+        || echo "gpu_h200.sh: collectives failed, see $OUT/h200-collectives-$STAMP.txt" >&2
+    tail -n 12 "$OUT/h200-collectives-$STAMP.txt"
+fi
 
 if "$PY" -c "import pytest" >/dev/null 2>&1; then
     timeout 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_bench.py \

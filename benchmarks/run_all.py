@@ -24,6 +24,7 @@ def sections(tiny: bool):
     import cli_startup
     import microbench
     import page_reactivity
+    import serving_search
     import sweeps_bench
 
     out = [
@@ -39,6 +40,12 @@ def sections(tiny: bool):
     if memory is not None:
         out.append(("4. Memory of the app server", lambda: memory.run(tiny=tiny)))
     out.append(("5. The microbenchmark against this machine's limits", lambda: microbench.run(tiny=tiny)))
+    out.append(("6. Serving plan search", lambda: serving_search.run(max_gpus=8 if tiny else 64, repeat=1 if tiny else 5)))
+    import served
+
+    port = int(os.environ["MLA_SERVED_PORT"]) if os.environ.get("MLA_SERVED_PORT") else None
+    out.append(("7. Served speed (the real server, driven over Streamlit's websocket protocol)",
+                lambda: served.run(tiny=tiny, port=port)))
     return out
 
 

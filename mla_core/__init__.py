@@ -2,7 +2,7 @@
 
 How Multi-head Latent Attention (DeepSeek-V2/V3) changes the KV cache, the decode roofline and
 the number of concurrent requests a GPU holds, against MHA, GQA and MQA. Every definition
-follows shared/design/MODEL.md.
+follows docs/model.md.
 
 Symbols (HF config.json names; DeepSeek-V3 values):
 
@@ -37,7 +37,7 @@ _PUBLIC = {
     "MoESpec": "spec",
     "IndexerSpec": "spec",
     "as_variant": "spec",
-    "synthetic_model": "spec",
+    "synthetic_model": "config",
     "load_config": "config",
     "loads_config": "config",
     "parse_config": "config",
@@ -60,6 +60,11 @@ _PUBLIC = {
     "gpu_ids": "presets",
     "format_bytes": "units",
     "format_tokens": "units",
+    "format_tokens_exact": "units",
+    "format_token_rate": "units",
+    "short_tokens": "units",
+    "token_label": "units",
+    "TOKEN_RULE": "units",
     "format_count": "units",
     "format_rate": "units",
     "format_seconds": "units",

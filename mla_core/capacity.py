@@ -1,4 +1,4 @@
-"""How many tokens and whole requests fit per GPU and per deployment (MODEL.md, "Capacity").
+"""How many tokens and whole requests fit per GPU and per deployment (docs/model.md, "Capacity").
 
     kv_budget_bytes_per_gpu = floor(gpu_memory_utilization * memory) - weights_bytes_per_gpu - reserve
                               (vLLM's meaning), or given directly (`kv_budget_bytes`)
@@ -17,10 +17,14 @@ Block size N defaults to 64 for MLA models (FlashMLA's page) and 16 otherwise (v
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import MLAError
 from .hardware import GPU
-from .kv import kv_bytes_per_token_layer, resolve_kv_dtype, sequence_tokens_all_layers
-from .params import attention_side_params, params_total
+from .kv import (kv_bytes_per_token_layer, resolve_kv_dtype, resolve_state_dtype, sequence_tokens_all_layers,
+                 state_bytes_per_sequence)
+from .params import attention_side_params, expert_and_other_dtypes, params_total, weights_bytes
+from .results import Result
 from .spec import ModelSpec
 from .units import WEIGHT_DTYPES, floor_decimal_times, weight_bytes
 from .validate import (MAX_BLOCK, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int,
@@ -38,12 +42,62 @@ def weights_bytes_per_gpu(model: ModelSpec, weights_dtype: str, *, tp: int = 1, 
 
     TP: all weights / tp. Attention DP: attention (and indexer) weights whole on every GPU,
     everything else / num_gpus (expert parallelism)."""
-    total = params_total(model)
     if dp_attention:
         attn = attention_side_params(model)
         n = num_gpus or tp
-        return weight_bytes(attn, weights_dtype) + -(-weight_bytes(total - attn, weights_dtype) // n)
-    return -(-weight_bytes(total, weights_dtype) // tp)
+        _, attn_dtype = expert_and_other_dtypes(model, weights_dtype)
+        rest = weights_bytes(model, weights_dtype) - weight_bytes(attn, attn_dtype)
+        return weight_bytes(attn, attn_dtype) + -(-rest // n)
+    return -(-weights_bytes(model, weights_dtype) // tp)
+
+
+def kv_budget_bytes_per_gpu(model: ModelSpec, memory_bytes: int, *, weights_dtype: str | None = None,
+                            tp: int = 1, num_gpus: int | None = None, dp_attention: bool = False,
+                            gpu_memory_utilization: float = 0.9, reserve_bytes: int = 0) -> tuple[int, int, int]:
+    """(budget, usable, weights) per GPU in bytes: usable = floor(gmu * memory), budget =
+    usable - weights - reserve (may be negative: the weights do not fit). The one budget
+    computation of the core (capacity, sweeps and the serving plan call it)."""
+    wdtype = weights_dtype or model.default_weights_dtype
+    weights = weights_bytes_per_gpu(model, wdtype, tp=tp, num_gpus=num_gpus, dp_attention=dp_attention)
+    usable = floor_decimal_times(gpu_memory_utilization, memory_bytes)
+    return usable - weights - reserve_bytes, usable, weights
+
+
+@dataclass(frozen=True)
+class CapacityResult(Result):
+    """What `capacity()` returns (bytes and counts are ints; see its docstring)."""
+
+    model: str
+    attention: str
+    gpu: str | None
+    num_gpus: int
+    tp: int
+    dp_attention: bool
+    replicas: int
+    context: int
+    block_size: int
+    kv_dtype: str
+    state_dtype: str
+    cache_layout: str
+    weights_dtype: str
+    gpu_memory_utilization: float
+    memory_bytes_per_gpu: int | None
+    usable_bytes_per_gpu: int | None
+    reserve_bytes: int
+    params_total: int
+    weights_bytes_per_gpu: int
+    weights_fit: bool
+    kv_budget_bytes_per_gpu: int
+    kv_bytes_per_token_per_gpu: int
+    state_bytes_per_request_per_gpu: int
+    blocks_per_gpu: int
+    max_tokens_per_gpu: int
+    max_tokens_total: int
+    kv_bytes_per_request_per_gpu: int
+    request_bytes_per_gpu: int
+    max_concurrent_requests: int
+    kv_used_bytes_per_gpu: int
+    max_concurrency: float
 
 
 def capacity(
@@ -61,12 +115,16 @@ def capacity(
     kv_budget_bytes: int | None = None,
     block_size: int | None = None,
     reserve_bytes: int = 0,
-) -> dict:
+    state_dtype: str = "auto",
+) -> CapacityResult:
     """Concurrency of `model` on `num_gpus` GPUs (see the module docstring for the formulas).
 
     Give either `gpu` (its memory sets the budget with `gpu_memory_utilization`, weights and
     `reserve_bytes`) or `kv_budget_bytes` (the KV budget per GPU, used as is).
-    Returns a JSON-able dict; bytes and counts are ints: `kv_budget_bytes_per_gpu`,
+    Recurrent state (hybrid models) is held per request before its tokens:
+    `request_bytes_per_gpu` = KV of the request + its state; `max_tokens_per_gpu` is what one
+    sequence can hold, floor((budget - state) / (N * per-token bytes)) * N (docs/model.md).
+    Returns a `CapacityResult` (reads like a dict); bytes and counts are ints: `kv_budget_bytes_per_gpu`,
     `kv_bytes_per_token_per_gpu`, `blocks_per_gpu`, `max_tokens_per_gpu`, `max_tokens_total`,
     `max_concurrent_requests`, `request_bytes_per_gpu`, `weights_bytes_per_gpu`, `replicas`,
     `weights_fit` (False when weights exceed the usable memory: budget and counts are 0), and
@@ -79,6 +137,12 @@ def capacity(
     check_int("num_gpus", num_gpus, maximum=MAX_GPUS)
     if num_gpus % tp:
         raise MLAError(f"tp ({tp}) must divide num_gpus ({num_gpus})")
+    if not dp_attention:
+        from .kv import tp_split_error
+
+        err = tp_split_error(model, tp)
+        if err:
+            raise MLAError(err)
     check_real("gpu_memory_utilization", gpu_memory_utilization, minimum=0, exclusive_minimum=True, maximum=1)
     check_int("reserve_bytes", reserve_bytes, minimum=0, maximum=1 << 62)
     n = default_block_size(model) if block_size is None else check_int("block_size", block_size, maximum=MAX_BLOCK)
@@ -86,8 +150,8 @@ def capacity(
     check_choice("weights_dtype", wdtype, tuple(WEIGHT_DTYPES))
     dtype = resolve_kv_dtype(model, kv_dtype, cache_layout)
 
-    weights = weights_bytes_per_gpu(model, wdtype, tp=tp, num_gpus=num_gpus, dp_attention=dp_attention)
     if kv_budget_bytes is not None:
+        weights = weights_bytes_per_gpu(model, wdtype, tp=tp, num_gpus=num_gpus, dp_attention=dp_attention)
         check_int("kv_budget_bytes", kv_budget_bytes, minimum=0, maximum=1 << 80)
         memory = gpu.memory_bytes if gpu is not None else None
         usable = None
@@ -97,47 +161,54 @@ def capacity(
         if gpu is None:
             raise MLAError("give a GPU (or its memory) or a KV budget")
         memory = gpu.memory_bytes
-        usable = floor_decimal_times(gpu_memory_utilization, memory)
-        budget = usable - weights - reserve_bytes
+        budget, usable, weights = kv_budget_bytes_per_gpu(
+            model, memory, weights_dtype=wdtype, tp=tp, num_gpus=num_gpus, dp_attention=dp_attention,
+            gpu_memory_utilization=gpu_memory_utilization, reserve_bytes=reserve_bytes)
         fits = budget > 0
         budget = max(0, budget)
 
     per_layer = kv_bytes_per_token_layer(model, dtype, cache_layout, tp=tp, dp_attention=dp_attention)
-    per_token = per_layer * model.num_hidden_layers
-    blocks = budget // (n * per_token)
+    per_token = per_layer * model.kv_layers
+    state = state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention)
+    # One sequence's state is held before its tokens: what is left bounds the tokens it can hold.
+    blocks = max(0, budget - state) // (n * per_token) if per_token else 0
     replicas = num_gpus if dp_attention else num_gpus // tp
-    request_bytes = per_layer * sequence_tokens_all_layers(model, context, n)
-    requests_per_gpu = budget // request_bytes
-    return {
-        "model": model.name,
-        "attention": model.kind,
-        "gpu": gpu.id if gpu is not None else None,
-        "num_gpus": num_gpus,
-        "tp": tp,
-        "dp_attention": dp_attention,
-        "replicas": replicas,
-        "context": context,
-        "block_size": n,
-        "kv_dtype": dtype,
-        "cache_layout": cache_layout if model.is_mla else "kv_heads",
-        "weights_dtype": wdtype,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "memory_bytes_per_gpu": memory,
-        "usable_bytes_per_gpu": usable,
-        "reserve_bytes": reserve_bytes,
-        "params_total": params_total(model),
-        "weights_bytes_per_gpu": weights,
-        "weights_fit": fits,
-        "kv_budget_bytes_per_gpu": budget,
-        "kv_bytes_per_token_per_gpu": per_token,
-        "blocks_per_gpu": blocks,
-        "max_tokens_per_gpu": blocks * n,
-        "max_tokens_total": replicas * blocks * n,
-        "request_bytes_per_gpu": request_bytes,
-        "max_concurrent_requests": replicas * requests_per_gpu,
-        "kv_used_bytes_per_gpu": requests_per_gpu * request_bytes,
-        "max_concurrency": replicas * blocks * n / context,
-    }
+    kv_request = per_layer * sequence_tokens_all_layers(model, context, n)
+    request_bytes = kv_request + state
+    requests_per_gpu = budget // request_bytes if request_bytes else 0
+    return CapacityResult(
+        model=model.name,
+        attention=model.kind,
+        gpu=gpu.id if gpu is not None else None,
+        num_gpus=num_gpus,
+        tp=tp,
+        dp_attention=dp_attention,
+        replicas=replicas,
+        context=context,
+        block_size=n,
+        kv_dtype=dtype,
+        state_dtype=resolve_state_dtype(model, state_dtype),
+        cache_layout=cache_layout if model.is_mla else "kv_heads",
+        weights_dtype=wdtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        memory_bytes_per_gpu=memory,
+        usable_bytes_per_gpu=usable,
+        reserve_bytes=reserve_bytes,
+        params_total=params_total(model),
+        weights_bytes_per_gpu=weights,
+        weights_fit=fits,
+        kv_budget_bytes_per_gpu=budget,
+        kv_bytes_per_token_per_gpu=per_token,
+        state_bytes_per_request_per_gpu=state,
+        blocks_per_gpu=blocks,
+        max_tokens_per_gpu=blocks * n,
+        max_tokens_total=replicas * blocks * n,
+        kv_bytes_per_request_per_gpu=kv_request,
+        request_bytes_per_gpu=request_bytes,
+        max_concurrent_requests=replicas * requests_per_gpu,
+        kv_used_bytes_per_gpu=requests_per_gpu * request_bytes,
+        max_concurrency=replicas * blocks * n / context,
+    )
 
 
 def allocator_waste(model: ModelSpec, **kwargs) -> dict:

@@ -15,7 +15,7 @@ small expression tree over the core's own functions:
 M is a preset id ("deepseek-v3") or a hand-set architecture ({"attention": "mha", "layers": 60,
 "heads": 128, "head_dim": 128}, the arguments of `spec.synthetic_model`).
 
-`compute` is the figure under this tool's conventions (MODEL.md; "1M tokens" = 10**6; GB =
+`compute` is the figure under this tool's conventions (docs/model.md; a document's "million tokens" = 10**6; GB =
 10**9 B, GiB = 2**30 B; an MLA model's MHA baseline uses d_h = qk_nope_head_dim, DeepSeek-V2
 Table 1). Where the stated figure differs, `reason` says why and `as_claimed` recomputes the
 claim under the convention (or slip) that reproduces it, so the explanation is itself checked.
@@ -42,7 +42,7 @@ APPROX_REL = 0.05
 
 def _model(spec):
     from .presets import load_model
-    from .spec import synthetic_model
+    from .config import synthetic_model
 
     if isinstance(spec, str):
         return load_model(spec)

@@ -1,4 +1,4 @@
-"""The command line: `python -m mla_core {kv,capacity,roofline,bench,presets} ... [--json]`.
+"""The command line: `python -m mla_core {kv,capacity,roofline,plan,bench,presets} ... [--json]`.
 
 Bad input exits with status 2 and one line on stderr, never a traceback. `--json` prints one
 JSON object; without it, a table with units. The analytic commands import no numpy, torch,
@@ -38,14 +38,14 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, width=max(40, min(width, 120)))
 
 
-COMMANDS = ("kv", "capacity", "roofline", "bench", "presets")
+COMMANDS = ("kv", "capacity", "roofline", "plan", "bench", "presets")
 
 
 def _int_arg(name: str, minimum: int = 1):
     def parse(text: str) -> int:
         t = text.strip().replace(",", "").replace("_", "")
         if not t or len(t) > 40 or not t.isascii() or not (t.isdigit() or (t[0] in "+-" and t[1:].isdigit())):
-            hint = " (write 131072, not 128K: K and M could mean 1000 or 1024)" if t[-1:].lower() in "km" else ""
+            hint = " (write the whole number: 131072 for 128K, 1048576 for 1M)" if t[-1:].lower() in "km" else ""
             raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}{hint}")
         v = int(t)
         if v < minimum:
@@ -75,7 +75,7 @@ def _short(text) -> str:
     return repr(text if len(text) <= 30 else text[:27] + "...")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
     g = p.add_argument_group("model (one of --model, --config, --attention)")
     g.add_argument("--model", metavar="PRESET", help="preset id, e.g. deepseek-v3 (see `presets`)")
     g.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or a folder holding one")
@@ -92,15 +92,27 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--intermediate-size", type=_int_arg("--intermediate-size"), help="MLP width (counted only if given)")
     g.add_argument("--vocab-size", type=_int_arg("--vocab-size"), help="embeddings (counted only if given)")
     c = p.add_argument_group("cache")
-    c.add_argument("--context", type=_int_arg("--context"), required=True, help="tokens per sequence, T")
-    c.add_argument("--batch", type=_int_arg("--batch"), default=1, help="sequences, B (default 1)")
+    if cache:
+        c.add_argument("--context", type=_int_arg("--context"), required=True, help="tokens per sequence, T")
+        c.add_argument("--batch", type=_int_arg("--batch"), default=1, help="sequences, B (default 1)")
     from .units import KV_DTYPES
 
     c.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES, metavar="DTYPE",
                    help=f"kv_cache_dtype: {', '.join(KV_DTYPES)} (default auto = the model's torch_dtype)")
-    c.add_argument("--cache-layout", choices=("latent", "expanded"), default="latent",
-                   help="MLA cache: the latent (default) or the expanded per-head K and V")
+    if cache:
+        c.add_argument("--cache-layout", choices=("latent", "expanded"), default="latent",
+                       help="MLA cache: the latent (default) or the expanded per-head K and V")
     c.add_argument("--block-size", type=_int_arg("--block-size"), help="round tokens up to whole blocks")
+    from .units import STATE_DTYPES
+
+    c.add_argument("--state-dtype", default="auto", choices=STATE_DTYPES, metavar="DTYPE",
+                   help=f"recurrent state (Mamba, DeltaNet, KDA, lightning): {', '.join(STATE_DTYPES)} "
+                        "(default auto = the model's torch_dtype)")
+    d = c.add_mutually_exclusive_group()
+    d.add_argument("--draft-layers", type=_int_arg("--draft-layers", minimum=0), metavar="N",
+                   help="add N draft (MTP / EAGLE) layers of the model's own attention kind")
+    d.add_argument("--mtp", action="store_true",
+                   help="add the model's multi-token-prediction layers (num_nextn_predict_layers)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -109,6 +121,21 @@ _SYNTHETIC = ("layers", "heads", "kv_heads", "head_dim", "kv_lora_rank", "rope_d
 
 
 def _model(args):
+    """The model the flags name, with draft layers added when asked (--draft-layers, --mtp)."""
+    model = _base_model(args)
+    n = getattr(args, "draft_layers", None)
+    if getattr(args, "mtp", False):
+        n = model.num_nextn_predict_layers
+        if not n:
+            raise MLAError(f"--mtp: {model.name} has no num_nextn_predict_layers; use --draft-layers N")
+    if n:
+        from .spec import with_draft_layers
+
+        model = with_draft_layers(model, n)
+    return model
+
+
+def _base_model(args):
     sources = [s for s in ("model", "config", "attention") if getattr(args, s) is not None]
     if len(sources) != 1:
         raise MLAError("give exactly one of --model PRESET, --config PATH or --attention KIND")
@@ -127,7 +154,7 @@ def _model(args):
     for required in ("layers", "heads"):
         if required not in synthetic:
             raise MLAError(f"--attention needs --{required}")
-    from .spec import synthetic_model
+    from .config import synthetic_model
 
     return synthetic_model(args.attention, **synthetic)
 
@@ -155,8 +182,8 @@ def cmd_kv(args) -> dict:
     from .kv import kv_report
 
     model = _model(args)
-    out = kv_report(model, args.context, args.batch, args.kv_dtype, args.cache_layout, args.block_size)
-    return out
+    return kv_report(model, args.context, args.batch, args.kv_dtype, args.cache_layout, args.block_size,
+                     state_dtype=args.state_dtype)
 
 
 def cmd_capacity(args) -> dict:
@@ -179,9 +206,9 @@ def cmd_capacity(args) -> dict:
     kwargs = dict(
         context=args.context, gpu=gpu, num_gpus=args.num_gpus, tp=args.tp, dp_attention=args.dp_attention,
         weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_budget_bytes=budget, block_size=args.block_size, reserve_bytes=reserve,
+        kv_budget_bytes=budget, block_size=args.block_size, reserve_bytes=reserve, state_dtype=args.state_dtype,
     )
-    out = capacity(model, cache_layout=args.cache_layout, **kwargs)
+    out = capacity(model, cache_layout=args.cache_layout, **kwargs).to_dict()
     if model.is_mla and args.cache_layout == "latent":
         from .capacity import allocator_waste
 
@@ -198,7 +225,41 @@ def cmd_roofline(args) -> dict:
     model = _model(args)
     gpu = _gpu(args, required=True)
     return roofline(model, gpu, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype,
-                    weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp)
+                    weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp,
+                    state_dtype=args.state_dtype)
+
+
+def cmd_plan(args) -> dict:
+    from .serving import Workload, search
+
+    model = _model(args)
+    gpu = _gpu(args, required=True)
+    num_gpus = args.num_gpus if args.num_gpus is not None else (args.tp or 1)
+    split_given = args.tp is not None or args.dp_attention or args.ep is not None
+    if args.batch is not None and not split_given:
+        raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep)")
+    wl = Workload(input_len=args.input_len, output_len=args.output_len, prefix_hit=args.prefix_hit,
+                  spec_tokens=args.spec_tokens, acceptance=args.acceptance)
+    link = None
+    if args.link_gbps is not None:
+        from .validate import check_real
+
+        link = check_real("--link-gbps", args.link_gbps, minimum=0, exclusive_minimum=True, maximum=1e7) * 1e9
+    if args.link_from_run is not None:
+        if link is not None:
+            raise MLAError("give --link-gbps or --link-from-run, not both")
+        from .bench.comm import stored_link_bandwidth
+
+        # A collectives run of the history: all_reduce for TP's terms (the plan uses one link figure).
+        link = stored_link_bandwidth(args.link_from_run).link_bandwidth_Bps
+    plan = search(model, gpu, num_gpus=num_gpus, gpus_per_node=args.gpus_per_node, workload=wl,
+                  ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, usd_per_gpu_hour=args.usd_per_gpu_hour,
+                  weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype,
+                  gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
+                  link_bandwidth_Bps=link, block_size=args.block_size,
+                  tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
+                  ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype)
+    return plan.to_dict()
 
 
 def cmd_presets(args) -> dict:
@@ -216,9 +277,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from .units import WEIGHT_DTYPES
 
     parser = _Parser(prog=PROG, formatter_class=_Formatter,
-                     description="KV cache, capacity and decode roofline of MLA against MHA, GQA and MQA "
-                                 "(definitions: shared/design/MODEL.md).")
-    sub = parser.add_subparsers(dest="command", metavar="{kv,capacity,roofline,bench,presets}")
+                     description="KV cache, capacity and decode roofline of MLA against MHA, GQA and MQA.",
+                     epilog="Every figure follows the definitions in docs/model.md of the MLA explorer "
+                            "(symbols, formulas, units, sources; installed copies carry it as "
+                            "mla_explorer/docs/model.md). Token counts: exact, or K = 1,024 and "
+                            "M = 1,048,576 tokens for round binary sizes (128K = 131,072). Installed "
+                            "with pip, the same commands are `mla-explorer SUBCOMMAND ...`, and "
+                            "`mla-explorer app` serves the app.")
+    sub = parser.add_subparsers(dest="command", metavar="{kv,capacity,roofline,plan,bench,presets}")
     sub.required = True
 
     def add(name, help_text, func, **kw):
@@ -262,8 +328,47 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="MLA decode: absorbed (default), recompute, or expanded")
         p.add_argument("--tp", type=_int_arg("--tp"), default=1, help="one GPU's share of a TP group (default 1)")
 
+    p = add("plan", "serving plan: the split, batch, TTFT, TPOT, throughput, cost and launch commands", cmd_plan)
+    if p:
+        _add_model_args(p, cache=False)
+        p.add_argument("--gpu", metavar="ID", help="GPU preset (see `presets`)")
+        p.add_argument("--bandwidth-tbps", type=_real_arg("--bandwidth-tbps"),
+                       help="memory bandwidth in TB/s (overrides the preset)")
+        p.add_argument("--peak-tflops", type=_real_arg("--peak-tflops"),
+                       help="dense tensor peak in TFLOP/s (overrides the preset)")
+        p.add_argument("--num-gpus", type=_int_arg("--num-gpus"), help="GPUs in the deployment (default: tp, or 1)")
+        p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"), default=8, help="default 8")
+        p.add_argument("--tp", type=_int_arg("--tp"), help="GPUs a replica (group); with --batch: evaluate this split")
+        p.add_argument("--dp-attention", action="store_true", help="attention data parallelism within the group")
+        p.add_argument("--ep", type=_int_arg("--ep"), help="expert parallelism: 1 or the group size tp")
+        p.add_argument("--batch", type=_int_arg("--batch"), help="sequences of the whole deployment (one point)")
+        p.add_argument("--input-len", type=_int_arg("--input-len"), required=True, help="input tokens a request")
+        p.add_argument("--output-len", type=_int_arg("--output-len"), required=True, help="output tokens a request")
+        p.add_argument("--prefix-hit", type=_real_arg("--prefix-hit"), default=0.0,
+                       help="share of input tokens already cached, [0, 1) (default 0)")
+        p.add_argument("--spec-tokens", type=_int_arg("--spec-tokens", minimum=0), default=0,
+                       help="speculative tokens a step, k (default 0)")
+        p.add_argument("--acceptance", type=_real_arg("--acceptance"), default=0.0,
+                       help="acceptance rate of each speculative token, [0, 1)")
+        p.add_argument("--ttft-ms", type=_real_arg("--ttft-ms"), help="SLO: time to first token, ms")
+        p.add_argument("--tpot-ms", type=_real_arg("--tpot-ms"), help="SLO: time per output token, ms")
+        p.add_argument("--usd-per-gpu-hour", type=_real_arg("--usd-per-gpu-hour"),
+                       help="your price of one GPU hour, $ (no price is built in)")
+        p.add_argument("--internode-gbps", type=_real_arg("--internode-gbps"), default=400.0,
+                       help="network per GPU across nodes, Gb/s (default 400)")
+        p.add_argument("--link-gbps", type=_real_arg("--link-gbps"),
+                       help="measured collective bus bandwidth, GB/s (replaces NVLink and network figures)")
+        p.add_argument("--link-from-run", type=_int_arg("--link-from-run"), metavar="ID",
+                       help="take the link bandwidth from a stored collectives run (`bench history`): "
+                            "its all_reduce bus bandwidth at the largest size")
+        p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
+                       help="default: fp8 for fp8 checkpoints, else torch_dtype")
+        p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
+                       help="share of GPU memory the engine may use (vLLM's meaning; default 0.9)")
+
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
-                 "`bench --help`)", None, add_help=False)
+                 "`bench --help`); `bench collectives` under torchrun; `bench import FILE` for vLLM / SGLang "
+                 "results", None, add_help=False)
 
     p = add("presets", "list model and GPU presets", cmd_presets)
     if p:
@@ -293,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    if hasattr(result, "to_dict"):
+        result = result.to_dict()
     try:
         if getattr(args, "json", False):
             import json
@@ -317,21 +424,27 @@ def _one_line(text: str) -> str:
 
 def render_table(command: str, result: dict) -> str:
     """A readable two-column table with units for the non-JSON output."""
-    from .units import format_bytes, format_count, format_rate, format_seconds, format_tokens
+    from .units import (format_bytes, format_count, format_rate, format_seconds, format_token_rate,
+                        format_tokens, format_tokens_exact)
 
-    def b(v):
-        return "n/a" if v is None else f"{v:,} B ({format_bytes(v)})"
+    def b(v):  # exact bytes, and the binary unit beside them unless that would repeat them ("656 B")
+        if v is None:
+            return "n/a"
+        short = format_bytes(v)
+        return f"{v:,} B" if short.endswith(" B") else f"{v:,} B ({short})"
 
     rows: list[tuple[str, str]] = []
     r = result
     if command == "presets":
         lines = ["models: " + ", ".join(m["id"] for m in r["models"]), "gpus:   " + ", ".join(g["id"] for g in r["gpus"])]
         return "\n".join(lines)
+    if command == "plan":
+        return render_plan(r)
     rows.append(("model", f"{r['model']} ({r['attention'].upper()})"))
     if command == "kv":
         rows += [
             ("KV dtype / layout", f"{r['kv_dtype']} / {r['cache_layout']}"),
-            ("context x batch", f"{format_tokens(r['context'])} x {r['batch']}"),
+            ("context x batch", f"{format_tokens_exact(r['context'])} x {r['batch']}"),
             ("KV bytes per token per layer", b(r["kv_bytes_per_token_per_layer"])),
             ("KV bytes per token (all layers)", b(r["kv_bytes_per_token"])),
             ("KV cache per sequence", b(r["kv_cache_bytes_per_sequence"])),
@@ -339,6 +452,12 @@ def render_table(command: str, result: dict) -> str:
         ]
         if r["sliding_window_layers"]:
             rows.append(("sliding-window layers", f"{r['sliding_window_layers']} of {r['num_hidden_layers']}"))
+        if r["state_bytes_per_sequence"]:
+            rows += [("recurrent state per sequence", b(r["state_bytes_per_sequence"]) + f" ({r['state_dtype']})"),
+                     ("cache + state, whole batch", b(r["cache_bytes"]))]
+        if r["is_hybrid"] or r["draft_layers"]:
+            for g in r["layers"]:
+                rows.append((f"  {g['layers']} x {g['kind']}", f"{g['label']}: " + b(g["bytes_per_layer"]) + " a layer"))
         if r["indexer_bytes_per_token"]:
             rows.append(("of which indexer per token", b(r["indexer_bytes_per_token"])))
     elif command == "capacity":
@@ -349,10 +468,12 @@ def render_table(command: str, result: dict) -> str:
             ("weights per GPU", b(r["weights_bytes_per_gpu"]) + ("" if r["weights_fit"] else "  (DO NOT FIT)")),
             ("KV budget per GPU", b(r["kv_budget_bytes_per_gpu"])),
             ("KV bytes per token per GPU", b(r["kv_bytes_per_token_per_gpu"])),
+            *([("recurrent state per request per GPU", b(r["state_bytes_per_request_per_gpu"]))]
+              if r["state_bytes_per_request_per_gpu"] else []),
             ("block size", f"{r['block_size']} tokens"),
-            ("max tokens per GPU", f"{r['max_tokens_per_gpu']:,} ({format_tokens(r['max_tokens_per_gpu'])})"),
-            ("max tokens, deployment", f"{r['max_tokens_total']:,} ({format_tokens(r['max_tokens_total'])})"),
-            (f"whole {format_tokens(r['context'])} requests at once", f"{r['max_concurrent_requests']:,}"),
+            ("max tokens per GPU", format_tokens_exact(r["max_tokens_per_gpu"])),
+            ("max tokens, deployment", format_tokens_exact(r["max_tokens_total"])),
+            (f"whole requests of {format_tokens(r['context'])} at once", f"{r['max_concurrent_requests']:,}"),
         ]
         if "mha_formula_waste_factor" in r:
             n = r["mha_formula_max_concurrent_requests"]
@@ -363,19 +484,55 @@ def render_table(command: str, result: dict) -> str:
         rows += [
             ("GPU", f"{r['gpu']}: {format_rate(r['bandwidth_Bps'], 'B/s')}, {format_rate(r['peak_flops'], 'FLOP/s')} "
                     f"({r['weights_dtype']})"),
-            ("batch x context", f"{r['batch']} x {format_tokens(r['context'])}" + (f", TP{r['tp']} share" if r["tp"] > 1 else "")),
+            ("batch x context", f"{r['batch']} x {format_tokens_exact(r['context'])}" + (f", TP{r['tp']} share" if r["tp"] > 1 else "")),
             ("parameters (total / active per token)", f"{format_count(r['params_total'])} / {format_count(r['params_active_per_token'])}"),
             ("weights read per step", b(r["weights_bytes_per_step"])),
             ("weights held per GPU", b(r["weights_resident_bytes_per_gpu"])
              + ("" if r["weights_fit_in_memory"] else f"  (DO NOT FIT in one {r['gpu']}: use --tp)")),
             ("attention bytes (KV read)", b(r["attention_bytes"])),
             ("attention flops", f"{r['attention_flops']:,}"),
+            *([("recurrent state read + written", b(r["state_bytes_per_step"]))] if r["state_bytes_per_step"] else []),
             ("attention intensity", f"{r['attention_intensity_flop_per_byte']:.1f} flop/B "
                                     f"(ridge at the bf16 peak: {r['attention_ridge_flop_per_byte']:.1f} flop/B)"),
             ("whole step intensity", f"{r['step_intensity_flop_per_byte']:.1f} flop/B "
                                      f"(ridge at the {r['weights_dtype']} peak: {r['ridge_flop_per_byte']:.1f} flop/B)"),
             ("step time (lower bound)", f"{format_seconds(r['step_time_s'])}, {r['bound']} bound"),
-            ("tokens/s (upper bound)", f"{r['tokens_per_s']:,.1f}"),
+            ("tokens/s (upper bound)", format_token_rate(r["tokens_per_s"])),
         ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def render_plan(r: dict) -> str:
+    """The plan as a table: the best point, its cost and the two launch commands."""
+    from .units import format_seconds, format_token_rate
+
+    best = r["best"]
+    n = r["points"]
+    lines = [f"model {r['model']} on {r['num_gpus']} x {r['gpu']} ({r['gpus_per_node']} a node); "
+             f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out; "
+             f"{n:,} point{'' if n == 1 else 's'} tried"]
+    if best is None:
+        return "\n".join(lines + ["no point: " + "; ".join(r["notes"])])
+
+    def usd(v):
+        return "n/a (give --usd-per-gpu-hour)" if v is None else f"${v:,.4f}"
+
+    rows = [
+        ("best split", f"{best['split']} at batch {best['batch']:,} (memory cap {best['max_batch']:,})"
+                       + ("" if best["fits"] else "  (DOES NOT FIT in memory)")),
+        ("TTFT (lower bound)", f"{format_seconds(best['ttft_s'])}, {best['prefill_bound']} bound"),
+        ("TPOT (lower bound)", f"{format_seconds(best['tpot_s'])}, {best['bound']} bound "
+                               f"(serial: {format_seconds(best['tpot_serial_s'])})"),
+        ("tokens/s per user", f"{best['tokens_per_s_per_user']:,.1f}"),
+        ("tokens/s per GPU", f"{best['tokens_per_s_per_gpu']:,.1f} (deployment {format_token_rate(best['tokens_per_s'])})"),
+        ("whole step intensity", f"{best['step_intensity_flop_per_byte']:.1f} flop/B"),
+        ("$ per million output tokens", usd(best["usd_per_million_output_tokens"])),
+        ("$ per million input tokens", usd(best["usd_per_million_input_tokens"])),
+        ("what binds", best["limit"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += ["", "vLLM:   " + (r["vllm_command"] or "n/a"), "SGLang: " + (r["sglang_command"] or "n/a")]
+    lines += [f"note: {n}" for n in r["notes"]]
+    return "\n".join(lines)

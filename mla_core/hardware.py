@@ -1,9 +1,9 @@
 """GPUs: datasheet figures per preset, and hand-typed devices.
 
-Memory of a preset is its vendor figure times 2**30 (MODEL.md: vendor "GB" on these parts is
+Memory of a preset is its vendor figure times 2**30 (docs/model.md: vendor "GB" on these parts is
 close to the GiB a driver reports; the user can type the exact figure). Bandwidth and flops
 are decimal (TB/s = 1e12 B/s, TFLOP/s = 1e12 flop/s), dense (no 2:4 sparsity).
-Sources per row: data/gpus.json (from shared/reference/gpus.json).
+Sources per row: data/gpus.json (vendor datasheets, a source and a confidence per row).
 """
 from __future__ import annotations
 
@@ -28,6 +28,18 @@ class GPU:
     source: str = ""
     confidence: str = ""
     notes: str = ""
+    link_GBps: float | None = None  # GPU-to-GPU link, vendor aggregate of both directions, 1e9 B/s
+    link_kind: str = ""  # "NVLink 4", "Infinity Fabric", "PCIe 4.0 x16"
+    link_source: str = ""
+
+    @property
+    def link_Bps(self) -> float:
+        """One direction of the GPU-to-GPU link in B/s (half the vendor's bidirectional figure):
+        the ceiling of a collective's bus bandwidth within a node (nccl-tests' PERFORMANCE.md).
+        Raises MLAError when the part has no published link figure."""
+        if self.link_GBps is None:
+            raise MLAError(f"GPU {self.id} has no published GPU-to-GPU link figure")
+        return self.link_GBps * 1e9 / 2
 
     @property
     def memory_bytes(self) -> int:
@@ -40,7 +52,7 @@ class GPU:
         return self.bandwidth_TBps * 1e12
 
     def peak_flops(self, weights_dtype: str) -> float:
-        """Dense peak in flop/s at the weights' dtype (MODEL.md): fp8 and fp4 weights use the
+        """Dense peak in flop/s at the weights' dtype (docs/model.md): fp8 and fp4 weights use the
         fp8 peak, or bf16 where the part has none; bf16, fp16 and fp32 weights use the bf16 peak.
         Raises MLAError when the vendor publishes no tensor peak (Apple parts)."""
         if weights_dtype in ("fp8", "fp4") and self.fp8_TFLOPS:
@@ -76,4 +88,7 @@ def custom_gpu(memory_gib: float, bandwidth_TBps: float | None = None, bf16_TFLO
         fp8_TFLOPS=fp8_TFLOPS if fp8_TFLOPS is not None else (base.fp8_TFLOPS if base else None),
         vendor=base.vendor if base else "",
         source="typed by the user",
+        link_GBps=base.link_GBps if base else None,
+        link_kind=base.link_kind if base else "",
+        link_source=base.link_source if base else "",
     )

@@ -1,4 +1,4 @@
-"""KV-cache bytes: per token, per layer, per sequence and per batch (MODEL.md, "Cache bytes").
+"""KV-cache bytes: per token, per layer, per sequence and per batch (docs/model.md, "Cache bytes").
 
 Per token per layer, with b the bytes of one cached element:
     MHA / GQA / MQA       n_kv * (d_h + d_h) * b              keys and values
@@ -21,10 +21,13 @@ every rank. With attention data parallelism every head stays on the GPU holding 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import MLAError
-from .spec import ModelSpec, as_variant
-from .units import KV_DTYPES, row_bytes
+from .results import Result
+from .spec import ATTENTION_LAYER_KINDS, ModelSpec, as_variant
+from .units import KV_DTYPES, STATE_DTYPES, row_bytes
 from .validate import MAX_BATCH, MAX_BLOCK, MAX_CONTEXT, MAX_TP, check_choice, check_int
 
 CACHE_LAYOUTS = ("latent", "expanded")
@@ -50,6 +53,25 @@ def resolve_kv_dtype(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str
         if cache_layout == "expanded":
             raise MLAError("kv_dtype fp8_ds_mla stores the latent; it cannot hold the expanded cache")
     return kv_dtype
+
+
+def tp_split_error(model: ModelSpec, tp: int) -> str | None:
+    """Why tensor parallelism over `tp` GPUs cannot split `model`'s heads as engines do (vLLM:
+    query heads divide by tp; KV heads divide by tp, or tp by them, which replicates them; the
+    recurrent heads divide by tp), or None when it can."""
+    a = model.attention
+    if tp <= 1:
+        return None
+    if a.num_attention_heads % tp:
+        return f"tp {tp} does not divide the {a.num_attention_heads} query heads of {model.name}"
+    if not a.is_mla:
+        n_kv = a.num_key_value_heads
+        if (n_kv >= tp and n_kv % tp) or (n_kv < tp and tp % n_kv):
+            return f"tp {tp} does not split the {n_kv} KV heads of {model.name} evenly (nor replicate them)"
+    rec = model.recurrent
+    if rec is not None and model.recurrent_layers and rec.num_heads % tp:
+        return f"tp {tp} does not divide the {rec.num_heads} {rec.label} heads of {model.name}"
+    return None
 
 
 def heads_per_gpu(heads: int, tp: int, dp_attention: bool = False) -> int:
@@ -97,8 +119,10 @@ def kv_bytes_per_token_layer(
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str = "latent", *,
                        tp: int = 1, dp_attention: bool = False) -> int:
-    """Bytes one new token adds to one sequence, all layers, before any window cap (int)."""
-    return model.num_hidden_layers * kv_bytes_per_token_layer(
+    """Bytes one new token adds to one sequence, all per-token layers, before any window or
+    chunk cap (int): the attention shape's bytes x the caches the layers hold (`kv_layers`;
+    shared-KV, recurrent and attention-free layers hold none)."""
+    return model.kv_layers * kv_bytes_per_token_layer(
         model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention
     )
 
@@ -113,7 +137,7 @@ def tokens_held(context: int, window: int | None, block_size: int | None = None)
 
 
 def sequence_tokens_all_layers(model: ModelSpec, context: int, block_size: int | None = None) -> int:
-    """Sum over layers of the tokens held for one sequence (int)."""
+    """Sum over the per-token caches of the tokens each holds for one sequence (int)."""
     return sum(n * tokens_held(context, w, block_size) for w, n in model.window_groups())
 
 
@@ -128,14 +152,197 @@ def kv_cache_bytes(
     tp: int = 1,
     dp_attention: bool = False,
 ) -> int:
-    """`B * sum over layers of bytes(layer, T)`: the cache of `batch` sequences of `context`
-    tokens, on one GPU when `tp` > 1. Returns an int. Raises MLAError on bad inputs."""
+    """`B * sum over layers of bytes(layer, T)`: the per-token cache of `batch` sequences of
+    `context` tokens (recurrent state not included: see `state_bytes_per_sequence`), on one
+    GPU when `tp` > 1. Returns an int. Raises MLAError on bad inputs."""
     check_int("context", context, maximum=MAX_CONTEXT)
     check_int("batch", batch, maximum=MAX_BATCH)
     if block_size is not None:
         check_int("block_size", block_size, maximum=MAX_BLOCK)
     per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
     return batch * per_layer * sequence_tokens_all_layers(model, context, block_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent state (Mamba-1/2, Gated DeltaNet, KDA, lightning): constant per sequence.
+
+def resolve_state_dtype(model: ModelSpec, state_dtype: str = "auto") -> str:
+    """The recurrent state's dtype: `auto` is the model's torch_dtype (the KV dtype does not
+    change it; docs/model.md). Raises MLAError for a dtype outside STATE_DTYPES."""
+    check_choice("state_dtype", state_dtype, STATE_DTYPES)
+    return model.torch_dtype if state_dtype == "auto" else state_dtype
+
+
+def state_bytes_per_layer(model: ModelSpec, state_dtype: str = "auto", *, tp: int = 1,
+                          dp_attention: bool = False) -> int:
+    """Bytes of one recurrent layer's state for one sequence on one GPU (0 without recurrent
+    layers): elements (`spec.RecurrentSpec.elements`) x the state dtype's bytes.
+    Nemotron-Nano-9B-v2's Mamba-2 layer: 1,347,584 elements = 2,695,168 B at bf16 (vllm#24280)."""
+    check_int("tp", tp, maximum=MAX_TP)
+    dtype = resolve_state_dtype(model, state_dtype)
+    if model.recurrent is None:
+        return 0
+    return model.recurrent.elements(tp, dp_attention) * row_bytes(1, dtype)
+
+
+def state_bytes_per_sequence(model: ModelSpec, state_dtype: str = "auto", *, tp: int = 1,
+                             dp_attention: bool = False) -> int:
+    """Recurrent state of one sequence, all recurrent layers, on one GPU (int bytes); it does
+    not grow with the context."""
+    return model.recurrent_layers * state_bytes_per_layer(model, state_dtype, tp=tp, dp_attention=dp_attention)
+
+
+@dataclass(frozen=True)
+class LayerGroup(Result):
+    """Equal layers of a model, as the KV page's layer map and the JSON `layers` list show them.
+
+    `kind` is the layer's attention kind (full, sliding, chunked, shared, none) joined with its
+    recurrent kind ("full+mamba2" for Falcon-H1, "none+gdn" shown as "gdn"); `label` says it in
+    words; `layer_indices` are 0-based. Bytes are per layer, for one sequence, on one GPU."""
+
+    kind: str
+    label: str
+    layers: int
+    layer_indices: tuple[int, ...]
+    draft: bool
+    kv_caches_per_layer: int
+    bytes_per_token_per_layer: int
+    tokens_held: int
+    kv_bytes_per_layer: int
+    state_bytes_per_layer: int
+    bytes_per_layer: int  # kv + state, one sequence
+
+
+def layer_groups(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
+                 state_dtype: str = "auto", block_size: int | None = None, tp: int = 1,
+                 dp_attention: bool = False) -> list[LayerGroup]:
+    """The model's layers grouped by what they cache (first-seen order), each with its bytes
+    for one sequence of `context` tokens. Raises MLAError on bad inputs."""
+    check_int("context", context, maximum=MAX_CONTEXT)
+    per_token = kv_bytes_per_token_layer(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
+    state = state_bytes_per_layer(model, state_dtype, tp=tp, dp_attention=dp_attention)
+    indices: dict = {}
+    for i, layer in enumerate(model.layers):
+        indices.setdefault(layer, []).append(i)
+    out = []
+    for layer, idx in indices.items():
+        held = layer.tokens_held(context, block_size)
+        kv = layer.kv_caches * per_token * held
+        st = state if layer.recurrent else 0
+        kind, label = layer_kind(model, layer)
+        out.append(LayerGroup(kind, label, len(idx), tuple(idx), layer.draft, layer.kv_caches,
+                              layer.kv_caches * per_token, held, kv, st, kv + st))
+    return out
+
+
+def layer_kind(model: ModelSpec, layer) -> tuple[str, str]:
+    """(kind, label) of one layer of `model`: e.g. ("full", "full attention (MLA latent)"),
+    ("sliding", "sliding-window attention (4,096 tokens)"), ("mamba2", "Mamba-2 state"),
+    ("full+mamba2", "full attention (GQA) + Mamba-2 state")."""
+    att = ATTENTION_LAYER_KINDS[layer.attention]
+    attn_label = att["label"]
+    if att["tokens"] != "none":
+        shape = "MLA latent" if model.is_mla else model.kind.upper()
+        extra = f", {layer.window:,} tokens" if att["tokens"] == "window" and layer.window else ""
+        twice = f", {layer.kv_caches} caches" if layer.kv_caches > 1 else ""
+        attn_label = f"{attn_label} ({shape}{extra}{twice})"
+    if layer.draft:
+        attn_label = f"draft layer: {attn_label}"
+    if not layer.recurrent:
+        return layer.attention, attn_label
+    rec = model.recurrent.kind if model.recurrent else "recurrent"
+    rec_label = f"{model.recurrent.label if model.recurrent else 'recurrent'} state"
+    if layer.attention == "none":
+        return rec, rec_label
+    return f"{layer.attention}+{rec}", f"{attn_label} + {rec_label}"
+
+
+@dataclass(frozen=True)
+class LayerCell(Result):
+    """One layer of the KV page's layer map: what it holds for one sequence at the context."""
+
+    index: int  # 0-based; draft layers follow the decoder layers
+    kind: str  # as `LayerGroup.kind`
+    label: str
+    draft: bool
+    tokens_held: int
+    kv_bytes: int
+    state_bytes: int
+    bytes: int  # kv + state
+
+
+@dataclass(frozen=True)
+class LayerMap(Result):
+    """Everything the layer map draws: one cell per layer, the kinds in first-seen order with
+    their labels, and the totals for one sequence (bytes, ints)."""
+
+    context: int
+    kinds: tuple[str, ...]
+    kind_labels: tuple[str, ...]
+    cells: tuple[LayerCell, ...]
+    kv_bytes_per_sequence: int
+    state_bytes_per_sequence: int
+    cache_bytes_per_sequence: int
+    all_full_attention_bytes_per_sequence: int
+    is_hybrid: bool
+
+
+def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
+              state_dtype: str = "auto", block_size: int | None = None) -> LayerMap:
+    """The model's layers one by one at `context` tokens (one sequence), for the layer map, with
+    what the same model would hold with every layer full attention of its attention shape.
+    Raises MLAError on bad inputs."""
+    groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size)
+    cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
+                              g.state_bytes_per_layer, g.bytes_per_layer)
+                    for g in groups for i in g.layer_indices), key=lambda c: c.index)
+    kinds: dict[str, str] = {}
+    for g in groups:
+        kinds.setdefault(g.kind, g.label)
+    kv = sum(c.kv_bytes for c in cells)
+    state = sum(c.state_bytes for c in cells)
+    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
+    full = per_layer * len(model.layers) * tokens_held(context, None, block_size)
+    return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
+                    model.is_hybrid)
+
+
+@dataclass(frozen=True)
+class KVReport(Result):
+    """Everything the `kv` command and the KV page show for one model (bytes are ints).
+
+    `kv_bytes_per_token`: what one token adds, all per-token layers, before window caps;
+    `kv_cache_bytes`: B sequences of T tokens (windows and chunks applied);
+    `state_bytes_per_sequence`: the recurrent state of one sequence; `state_bytes` = B x that;
+    `cache_bytes` = kv + state; `layers`: one `LayerGroup` per group; `all_full_attention_*`:
+    the same model with every layer full attention of its attention shape (for hybrids)."""
+
+    model: str
+    attention: str
+    cache_layout: str
+    kv_dtype: str
+    state_dtype: str
+    context: int
+    batch: int
+    block_size: int | None
+    num_hidden_layers: int
+    draft_layers: int
+    kv_layers: int
+    recurrent_layers: int
+    sliding_window_layers: int
+    kv_bytes_per_token_per_layer: int
+    kv_bytes_per_token: int
+    indexer_bytes_per_token: int
+    kv_cache_bytes_per_sequence: int
+    kv_cache_bytes: int
+    state_bytes_per_sequence: int
+    state_bytes: int
+    cache_bytes: int
+    all_full_attention_kv_bytes_per_token: int
+    all_full_attention_cache_bytes: int
+    is_hybrid: bool
+    layers: tuple[LayerGroup, ...]
+    notes: tuple[str, ...]
 
 
 def kv_report(
@@ -145,35 +352,48 @@ def kv_report(
     kv_dtype: str = "auto",
     cache_layout: str = "latent",
     block_size: int | None = None,
-) -> dict:
-    """Everything the `kv` command and the KV page print for one model, as a JSON-able dict.
-
-    Keys: `kv_bytes_per_token` (all layers, before window caps), `kv_bytes_per_token_per_layer`,
-    `kv_cache_bytes` (B sequences of T tokens), `kv_cache_bytes_per_sequence`, `kv_dtype`
-    (resolved), and the inputs. Bytes are ints.
-    """
+    state_dtype: str = "auto",
+) -> KVReport:
+    """Everything the `kv` command and the KV page print for one model (a `KVReport`).
+    Raises MLAError on bad inputs."""
     cache = kv_cache_bytes(model, context, batch, kv_dtype, cache_layout, block_size=block_size)
     dtype = resolve_kv_dtype(model, kv_dtype, cache_layout)
     per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
+    state_seq = state_bytes_per_sequence(model, state_dtype)
     layout = cache_layout if model.is_mla else "kv_heads"
-    return {
-        "model": model.name,
-        "attention": model.kind,
-        "cache_layout": layout,
-        "kv_dtype": dtype,
-        "context": context,
-        "batch": batch,
-        "block_size": block_size,
-        "num_hidden_layers": model.num_hidden_layers,
-        "sliding_window_layers": model.num_sliding_layers,
-        "kv_bytes_per_token_per_layer": per_layer,
-        "kv_bytes_per_token": per_layer * model.num_hidden_layers,
-        "indexer_bytes_per_token": (
-            (model.indexer.index_head_dim + INDEXER_SCALE_BYTES) * model.num_hidden_layers if model.indexer else 0
+    all_layers = len(model.layers)
+    full_tokens = tokens_held(context, None, block_size)
+    return KVReport(
+        model=model.name,
+        attention=model.kind,
+        cache_layout=layout,
+        kv_dtype=dtype,
+        state_dtype=resolve_state_dtype(model, state_dtype),
+        context=context,
+        batch=batch,
+        block_size=block_size,
+        num_hidden_layers=model.num_hidden_layers,
+        draft_layers=model.draft_layers,
+        kv_layers=model.kv_layers,
+        recurrent_layers=model.recurrent_layers,
+        sliding_window_layers=model.num_sliding_layers,
+        kv_bytes_per_token_per_layer=per_layer,
+        kv_bytes_per_token=per_layer * model.kv_layers,
+        indexer_bytes_per_token=(
+            (model.indexer.index_head_dim + INDEXER_SCALE_BYTES) * model.kv_layers if model.indexer else 0
         ),
-        "kv_cache_bytes_per_sequence": cache // batch,
-        "kv_cache_bytes": cache,
-    }
+        kv_cache_bytes_per_sequence=cache // batch,
+        kv_cache_bytes=cache,
+        state_bytes_per_sequence=state_seq,
+        state_bytes=batch * state_seq,
+        cache_bytes=cache + batch * state_seq,
+        all_full_attention_kv_bytes_per_token=per_layer * all_layers,
+        all_full_attention_cache_bytes=batch * per_layer * all_layers * full_tokens,
+        is_hybrid=model.is_hybrid,
+        layers=tuple(layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype,
+                                  block_size=block_size)),
+        notes=model.notes,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +428,28 @@ def gqa_group_choices(model: ModelSpec) -> list[int]:
     return divisors(model.attention.num_attention_heads)
 
 
+class Variant(NamedTuple):
+    """One same-width counterfactual of a model (a typed value; unpacks as
+    (label, spec, cache_layout, kv_dtype)). `key` names it for pages and links: 'mha', 'gqa',
+    'mqa', 'mla' (the latent) or 'mla-expanded'; `kind` is the attention kind."""
+
+    label: str
+    spec: ModelSpec
+    cache_layout: str
+    kv_dtype: str
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def key(self) -> str:
+        return "mla-expanded" if self.cache_layout == "expanded" else self.spec.kind
+
+
+VARIANT_KEYS = ("mha", "gqa", "mqa", "mla", "mla-expanded")
+
+
 def variant_specs(
     model: ModelSpec,
     kv_dtype: str = "auto",
@@ -215,10 +457,10 @@ def variant_specs(
     gqa_groups: int | None = None,
     kv_lora_rank: int | None = None,
     qk_rope_head_dim: int | None = None,
-) -> list[tuple[str, ModelSpec, str, str]]:
-    """[(label, spec, cache_layout, kv_dtype)] of the same-width variants: MHA, GQA-g, MQA,
-    MLA (latent) and, unless the dtype is fp8_ds_mla, MLA expanded (see `spec.as_variant`).
-    `auto` resolves to the model's torch_dtype; fp8_ds_mla becomes fp8 for non-MLA variants."""
+) -> list[Variant]:
+    """The same-width variants (`Variant`s): MHA, GQA-g, MQA, MLA (latent) and, unless the dtype
+    is fp8_ds_mla, MLA expanded (see `spec.as_variant`). `auto` resolves to the model's
+    torch_dtype; fp8_ds_mla becomes fp8 for non-MLA variants."""
     resolve_kv_dtype(model, kv_dtype)  # validates the user's choice against the real model
     if kv_dtype == "auto":
         kv_dtype = model.torch_dtype
@@ -232,7 +474,7 @@ def variant_specs(
     ]
     if kv_dtype != "fp8_ds_mla":
         out.append(("MLA expanded", mla, "expanded"))
-    return [(label, spec, layout, variant_kv_dtype(spec.kind, kv_dtype)) for label, spec, layout in out]
+    return [Variant(label, spec, layout, variant_kv_dtype(spec.kind, kv_dtype)) for label, spec, layout in out]
 
 
 def compare_variants(
@@ -266,6 +508,7 @@ def compare_variants(
             one_head = model.num_hidden_layers * 2 * row_bytes(model.attention.head_dim, dtype)
         rows.append({
             "variant": label,
+            "key": "mla-expanded" if layout == "expanded" else spec.kind,
             "kind": spec.kind if layout == "latent" else "mla-expanded",
             "is_model": layout == "latent" and spec.attention == model.attention,
             # KV heads cached per token: none for the latent, every query head for the expanded cache.
@@ -277,7 +520,7 @@ def compare_variants(
             "vs_mha": mha_bytes / per_token,
             "gqa_groups_equivalent": per_token / one_head,
         })
-    latent = next(r["kv_bytes_per_token"] for r in rows if r["variant"] == "MLA (latent)")
+    latent = next(r["kv_bytes_per_token"] for r in rows if r["key"] == "mla")
     for r in rows:
         r["vs_mla_latent"] = r["kv_bytes_per_token"] / latent
     return rows

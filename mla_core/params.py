@@ -1,4 +1,4 @@
-"""Parameter counts from a config (MODEL.md, "Parameter count from a config").
+"""Parameter counts from a config (docs/model.md, "Parameter count from a config").
 
 Counted: embeddings (`vocab_size * hidden_size`, twice unless `tie_word_embeddings`); per layer
 the attention projections (MLA: q_a, q_a_norm, q_b or q_proj, kv_a to d_c + d_r, kv_a_norm,
@@ -6,7 +6,7 @@ kv_b to n_h * (d_nope + d_v), o_proj), biases only where the architecture has th
 Gemma-3 q_norm and k_norm, gpt-oss attention sinks; RMSNorm weights (LayerNorm weight + bias
 for Falcon / GPT-3); the MLP (gated: 3 matrices) or MoE router, routed and shared experts;
 the DeepSeek-V3.2 indexer. Left out: DeepSeek's router bias and the MTP module (the hub's 685 B
-for DeepSeek-V3 adds it; 671.0 B without), each noted in MODEL.md.
+for DeepSeek-V3 adds it; 671.0 B without), each noted in docs/model.md.
 
 Published totals these reproduce (tests/test_params.py): Llama-3.1-8B 8,030,261,248 exactly;
 DeepSeek-V3 671.0 B; DeepSeek-V2 235.7 B; DeepSeek-V2-Lite 15.7 B; Kimi-K2 1.03 T.
@@ -87,33 +87,109 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     h, layers = model.hidden_size, model.num_hidden_layers
     embed = (model.vocab_size or 0) * h
     norm = h * (2 if model.norm_with_bias else 1)
+    decoder = [layer for layer in model.layers if not layer.draft]
+    attn_layers = sum(1 for layer in decoder if layer.attention != "none") * _attention_blocks(model)
+    rec_layers = sum(1 for layer in decoder if layer.recurrent)
     out = {
         "embed_tokens": embed,
         "lm_head": 0 if model.tie_word_embeddings else embed,
         "position_embeddings": model.learned_pos_embeddings * h,
-        "attention": layers * attention_params_per_layer(model),
-        "indexer": layers * indexer_params_per_layer(model),
+        "attention": attn_layers * attention_params_per_layer(model),
+        "indexer": attn_layers * indexer_params_per_layer(model),
+        "recurrent": rec_layers * recurrent_params_per_layer(model),
         "norms": layers * model.norms_per_layer * norm + norm,
         "mlp_dense": 0,
         "moe_router": 0,
         "moe_shared": 0,
         "moe_routed": 0,
+        "draft_layers": 0,
     }
     moe = model.moe
     moe_layers = moe.moe_layers if moe else (False,) * layers
+    has_mlp = model.mlp_layers if model.mlp_layers is not None else (True,) * layers
     n_moe = sum(moe_layers)
-    n_dense = layers - n_moe
+    n_dense = sum(1 for m, e in zip(has_mlp, moe_layers) if m and not e)
     if model.intermediate_size:
-        out["mlp_dense"] = n_dense * mlp_params(model, model.intermediate_size)
+        out["mlp_dense"] = (n_dense + n_moe * model.extra_dense_mlps) * mlp_params(model, model.intermediate_size)
     if moe:
-        e = moe.n_routed_experts
-        out["moe_router"] = n_moe * (e * h + (e if moe.router_bias else 0))
-        shared = moe.n_shared_experts * 3 * h * moe.moe_intermediate_size
-        if moe.shared_expert_intermediate_size:
-            shared += 3 * h * moe.shared_expert_intermediate_size + (h if moe.shared_expert_gate else 0)
-        out["moe_shared"] = n_moe * shared
-        out["moe_routed"] = n_moe * e * routed_expert_params(model)
+        out["moe_router"] = n_moe * _router_params(model)
+        out["moe_shared"] = n_moe * _shared_expert_params(model)
+        out["moe_routed"] = n_moe * moe.n_routed_experts * routed_expert_params(model)
+    if model.draft_layers:
+        out["draft_layers"] = model.draft_layers * draft_layer_params(model)
     return out
+
+
+def recurrent_params_per_layer(model: ModelSpec) -> int:
+    """Parameters of one recurrent mixer (0 without one), by kind, from the reference
+    implementations' module shapes (transformers modeling_{mamba,mamba2,qwen3_next,kimi_linear,
+    minimax}); d_in = H * P, h = hidden size:
+      Mamba-1   in_proj h x 2 d_in, conv d_in x K (+ bias), x_proj d_in x (dt_rank + 2N),
+                dt_proj dt_rank x d_in (+ bias), A_log d_in x N, D d_in, out_proj d_in x h
+      Mamba-2   in_proj h x (2 d_in + 2 G N + H), conv (d_in + 2 G N) x K (+ bias),
+                dt_bias, A_log, D (H each), gated norm d_in, out_proj d_in x h
+      GDN       in_proj_qkvz h x (2 G N + 2 d_in), in_proj_ba h x 2H, conv (2 G N + d_in) x K,
+                dt_bias, A_log (H each), norm P, out_proj d_in x h
+      KDA       q, k, v h x d_in each, conv 3 d_in x K, forget and output gates low-rank
+                (h x P + P x d_in each), beta h x H, A_log H, dt_bias d_in, norm P, o_proj d_in x h
+      lightning qkv h x 3 d_in, output gate h x d_in, norm d_in, out_proj d_in x h
+    """
+    rec = model.recurrent
+    if rec is None:
+        return 0
+    h = model.hidden_size
+    d_in = rec.num_heads * rec.head_dim
+    gn = rec.num_groups * rec.state_size
+    k = rec.conv_kernel
+    if rec.kind == "mamba1":
+        return (h * 2 * d_in + d_in * k + d_in + d_in * (rec.dt_rank + 2 * rec.state_size)
+                + rec.dt_rank * d_in + d_in + d_in * rec.state_size + d_in + d_in * h)
+    if rec.kind == "mamba2":
+        conv_dim = d_in + 2 * gn
+        return h * (2 * d_in + 2 * gn + rec.num_heads) + conv_dim * (k + 1) + 3 * rec.num_heads + d_in + d_in * h
+    if rec.kind == "gdn":
+        conv_dim = 2 * gn + d_in
+        return h * (2 * gn + 2 * d_in) + h * 2 * rec.num_heads + conv_dim * k + 2 * rec.num_heads + rec.head_dim + d_in * h
+    if rec.kind == "kda":
+        gates = 2 * (h * rec.head_dim + rec.head_dim * d_in)
+        return 3 * h * d_in + 3 * d_in * k + gates + h * rec.num_heads + rec.num_heads + d_in + rec.head_dim + d_in * h
+    if rec.kind == "lightning":
+        return 3 * h * d_in + h * d_in + d_in + d_in * h
+    return 0
+
+
+def _attention_blocks(model: ModelSpec) -> int:
+    """Attention blocks a decoder layer has: 2 for LongCat-Flash (two MLA blocks a layer), else 1."""
+    return max((layer.kv_caches for layer in model.layers if not layer.draft), default=1) or 1
+
+
+def _router_params(model: ModelSpec) -> int:
+    moe, h = model.moe, model.hidden_size
+    e = moe.n_routed_experts + moe.zero_experts
+    return e * h + (e if moe.router_bias else 0)
+
+
+def _shared_expert_params(model: ModelSpec) -> int:
+    moe, h = model.moe, model.hidden_size
+    shared = moe.n_shared_experts * 3 * h * moe.moe_intermediate_size
+    if moe.shared_expert_intermediate_size:
+        shared += 3 * h * moe.shared_expert_intermediate_size + (h if moe.shared_expert_gate else 0)
+    return shared
+
+
+def draft_layer_params(model: ModelSpec) -> int:
+    """One multi-token-prediction draft layer (DeepSeek-V3's MTP module, docs/model.md): a decoder
+    layer like the model's last (attention + its MoE or dense MLP + 2 norms), plus the module's
+    own `eh_proj` (2h -> h) and its two input norms; embeddings and the output head are shared
+    with the main model. DeepSeek-V3: 671.0 B + this = the 685 B the hub lists."""
+    h = model.hidden_size
+    n = attention_params_per_layer(model) + indexer_params_per_layer(model) + model.norms_per_layer * h
+    moe = model.moe
+    if moe and moe.moe_layers and moe.moe_layers[-1]:
+        n += _router_params(model) + _shared_expert_params(model) + moe.n_routed_experts * routed_expert_params(model)
+    elif model.intermediate_size:
+        n += mlp_params(model, model.intermediate_size)
+    return n + 2 * h * h + 2 * h
 
 
 def params_total(model: ModelSpec) -> int:
@@ -129,7 +205,7 @@ def attention_side_params(model: ModelSpec) -> int:
 
 def experts_touched(model: ModelSpec, batch: int) -> float:
     """Routed experts a decode step reads per MoE layer under uniform routing:
-    E * (1 - (1 - k/E) ** B) (MODEL.md). 0.0 for dense models."""
+    E * (1 - (1 - k/E) ** B) (docs/model.md). 0.0 for dense models."""
     moe = model.moe
     if moe is None:
         return 0.0
@@ -154,9 +230,16 @@ def params_streamed_per_step(model: ModelSpec, batch: int) -> float:
     return streamed
 
 
+def routed_params_streamed_per_step(model: ModelSpec, batch: int) -> float:
+    """The routed-expert part of `params_streamed_per_step` (0 for dense models)."""
+    if not model.moe:
+        return 0
+    return experts_touched(model, batch) * model.moe.num_moe_layers * routed_expert_params(model)
+
+
 def active_params_per_token(model: ModelSpec) -> int:
     """Parameters streamed at B = 1: input embedding out, LM head in, k routed experts per MoE
-    layer (MODEL.md). Used for step flops: 2 * active * B."""
+    layer (docs/model.md). Used for step flops: 2 * active * B."""
     b = param_breakdown(model)
     n = sum(b.values()) - b["moe_routed"]
     if not model.tie_word_embeddings:
@@ -164,3 +247,34 @@ def active_params_per_token(model: ModelSpec) -> int:
     if model.moe:
         n += model.moe.num_experts_per_tok * model.moe.num_moe_layers * routed_expert_params(model)
     return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight bytes: one place for every dtype, mixed formats included (docs/model.md, "Weights from
+# quantization_config").
+
+def expert_and_other_dtypes(model: ModelSpec, weights_dtype: str) -> tuple[str, str]:
+    """(dtype of the routed-expert matrices, dtype of everything else). `mxfp4` (gpt-oss)
+    stores the MoE experts at 4.25 bits and the rest (attention, router, embeddings: what
+    `modules_to_not_convert` names) at `torch_dtype`; plain dtypes are the same for both."""
+    if weights_dtype == "mxfp4":
+        return "mxfp4", ("bf16" if model.torch_dtype == "fp32" else model.torch_dtype)
+    return weights_dtype, weights_dtype
+
+
+def weights_bytes(model: ModelSpec, weights_dtype: str, *, params: float | None = None,
+                  routed: float | None = None) -> int:
+    """Bytes of `params` parameters (default: all) of which `routed` (default: all routed
+    experts) are routed-expert weights, stored as `weights_dtype` (int, rounded up)."""
+    from .units import weight_bytes
+
+    if params is None:
+        params = params_total(model)
+        if routed is None:
+            routed = param_breakdown(model)["moe_routed"]
+    if routed is None:
+        routed = 0
+    expert_dtype, other_dtype = expert_and_other_dtypes(model, weights_dtype)
+    if expert_dtype == other_dtype:
+        return weight_bytes(params, other_dtype)
+    return weight_bytes(routed, expert_dtype) + weight_bytes(params - routed, other_dtype)

@@ -3,8 +3,9 @@
 `data/models.json`: each entry's `config` holds Hugging Face config.json fields and is parsed
 by `mla_core.config.parse_config`, exactly like an uploaded file; `published` holds the
 authors' figures (total and active parameters); `source` says where each came from.
-`data/gpus.json`: the GPU table of MODEL.md with a source and confidence per row.
-Set MLA_EXPLORER_DATA to read presets from another folder.
+`data/gpus.json`: the GPU table of docs/model.md with a source and confidence per row.
+Set MLA_EXPLORER_DATA to read presets from another folder; an installed copy reads the same
+files from `mla_core/data`.
 """
 from __future__ import annotations
 
@@ -15,9 +16,22 @@ from .config import parse_config
 from .errors import MLAError
 from .spec import ModelSpec
 
-DATA_DIR = os.environ.get(
-    "MLA_EXPLORER_DATA", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
-)
+
+
+def _data_dir() -> str:
+    """MLA_EXPLORER_DATA if set; else `mla_core/data` of an installed copy (pyproject.toml ships
+    data/ there); else `data/` of the checkout beside this package."""
+    env = os.environ.get("MLA_EXPLORER_DATA")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, "data")
+    if os.path.exists(os.path.join(installed, "models.json")):
+        return installed
+    return os.path.join(os.path.dirname(here), "data")
+
+
+DATA_DIR = _data_dir()
 
 _cache: dict[str, dict] = {}
 
@@ -73,6 +87,7 @@ def load_gpu(gpu_id: str):
         id=g["id"], name=g["name"], memory_GB=g["memory_GB"], bandwidth_TBps=g["bandwidth_TBps"],
         bf16_TFLOPS=g["bf16_TFLOPS"], fp8_TFLOPS=g["fp8_TFLOPS"], vendor=g.get("vendor", ""),
         source=g.get("source", ""), confidence=g.get("confidence", ""), notes=g.get("notes", ""),
+        link_GBps=g.get("link_GBps"), link_kind=g.get("link_kind", ""), link_source=g.get("link_source", ""),
     )
 
 

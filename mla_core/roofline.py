@@ -1,4 +1,4 @@
-"""Decode-step roofline: one new token for each of B sequences at context T (MODEL.md).
+"""Decode-step roofline: one new token for each of B sequences at context T (docs/model.md).
 
 Attention, per layer, per sequence, per cached token (2 flops per multiply-add), h heads on
 the GPU:
@@ -26,12 +26,17 @@ KV heads, the MLA latent whole.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from .errors import MLAError
 from .hardware import GPU
-from .kv import heads_per_gpu, kv_cache_bytes, sequence_tokens_all_layers
-from .params import active_params_per_token, experts_touched, params_streamed_per_step, params_total
+from .kv import heads_per_gpu, kv_cache_bytes, resolve_state_dtype, sequence_tokens_all_layers, state_bytes_per_sequence
+from .params import (active_params_per_token, experts_touched, params_streamed_per_step, params_total,
+                     routed_params_streamed_per_step, weights_bytes)
+from .results import Result
 from .spec import ModelSpec
-from .units import WEIGHT_DTYPES, weight_bytes
+from .units import WEIGHT_DTYPES
 from .validate import MAX_BATCH, MAX_CONTEXT, MAX_TP, check_choice, check_int
 
 MLA_PATHS = ("absorbed", "recompute", "expanded")
@@ -80,8 +85,101 @@ def decode_attention(
     return {
         "attention_flops": flops,
         "attention_bytes": nbytes,
-        "attention_intensity_flop_per_byte": flops / nbytes,
+        "attention_intensity_flop_per_byte": flops / nbytes if nbytes else 0.0,
     }
+
+
+def recurrent_step(model: ModelSpec, batch: int = 1, state_dtype: str = "auto", *, tp: int = 1,
+                   dp_attention: bool = False) -> tuple[int, int]:
+    """(bytes, flops) the recurrent layers spend in one decode step on one GPU (docs/model.md): each
+    reads and writes its state once (2 x state bytes per sequence) and costs
+    4 x recurrent elements + 2 x conv elements flops per sequence. (0, 0) without them."""
+    rec = model.recurrent
+    if rec is None or not model.recurrent_layers:
+        return 0, 0
+    nbytes = 2 * batch * state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention)
+    per_layer = 4 * rec.ssm_elements(tp, dp_attention) + 2 * rec.conv_elements(tp, dp_attention)
+    return nbytes, batch * model.recurrent_layers * per_layer
+
+
+def decode_step_terms(model: ModelSpec, gpu: GPU, batch, *, context: int, kv_dtype: str = "auto",
+                      weights_dtype: str | None = None, mla_path: str = "absorbed", tp: int = 1,
+                      state_dtype: str = "auto", maximum=max) -> dict:
+    """The one decode-step arithmetic (module docstring), for an int `batch` or a numpy array of
+    batches (`sweeps.decode_step_vs_batch` passes one with `maximum=numpy.maximum`): every term
+    is linear in B except the routed experts touched, so the same lines serve both.
+
+    Returns `weights_bytes_per_step`, `attention_bytes`, `attention_flops`,
+    `state_bytes_per_step`, `state_flops`, `step_bytes`, `step_flops`, `memory_time_s`,
+    `compute_time_s`, `step_time_s`, `bandwidth_Bps`, `peak_flops` (at the weights' dtype).
+    Raises MLAError on bad inputs."""
+    wdtype = weights_dtype or model.default_weights_dtype
+    check_choice("weights_dtype", wdtype, tuple(WEIGHT_DTYPES))
+    one = decode_attention(model, context, 1, kv_dtype, mla_path, tp=tp)  # one sequence; B times it
+    state_one, state_flops_one = recurrent_step(model, 1, state_dtype, tp=tp)
+    streamed = params_streamed_per_step(model, batch)
+    weights_step = -(-weights_bytes(model, wdtype, params=streamed,
+                                    routed=routed_params_streamed_per_step(model, batch)) // tp)
+    attention_bytes = batch * one["attention_bytes"]
+    attention_flops = batch * one["attention_flops"]
+    step_bytes = weights_step + attention_bytes + batch * state_one
+    step_flops = 2 * active_params_per_token(model) * batch / tp + attention_flops + batch * state_flops_one
+    bandwidth, peak = gpu.bandwidth_Bps, gpu.peak_flops(wdtype)
+    t_mem, t_compute = step_bytes / bandwidth, step_flops / peak
+    return {
+        "weights_bytes_per_step": weights_step,
+        "attention_bytes": attention_bytes,
+        "attention_flops": attention_flops,
+        "state_bytes_per_step": batch * state_one,
+        "state_flops": batch * state_flops_one,
+        "step_bytes": step_bytes,
+        "step_flops": step_flops,
+        "memory_time_s": t_mem,
+        "compute_time_s": t_compute,
+        "step_time_s": maximum(t_mem, t_compute),
+        "bandwidth_Bps": bandwidth,
+        "peak_flops": peak,
+    }
+
+
+@dataclass(frozen=True)
+class RooflineResult(Result):
+    """What `roofline()` returns (see its docstring); reads like a dict."""
+
+    model: str
+    gpu: str
+    attention: str
+    mla_path: str | None
+    context: int
+    batch: int
+    tp: int
+    params_total: int
+    params_active_per_token: int
+    weights_dtype: str
+    state_dtype: str
+    weights_bytes_per_step: int
+    experts_touched_per_moe_layer: float
+    attention_flops: int
+    attention_bytes: int
+    attention_intensity_flop_per_byte: float
+    state_bytes_per_step: int
+    state_flops: int
+    step_bytes: int
+    step_flops: float
+    step_intensity_flop_per_byte: float
+    bandwidth_Bps: float
+    peak_flops: float
+    ridge_flop_per_byte: float
+    attention_ridge_flop_per_byte: float
+    weights_resident_bytes_per_gpu: int
+    weights_fit_in_memory: bool
+    memory_time_s: float
+    compute_time_s: float
+    step_time_s: float
+    tokens_per_s: float
+    bound: str
+    attention_time_s: float
+    attention_bound: str
 
 
 def roofline(
@@ -94,12 +192,14 @@ def roofline(
     weights_dtype: str | None = None,
     mla_path: str = "absorbed",
     tp: int = 1,
-) -> dict:
+    state_dtype: str = "auto",
+) -> RooflineResult:
     """The decode step's roofline on one GPU of `gpu` (see the module docstring).
 
-    Returns a JSON-able dict: `params_total`, `params_active_per_token`, `weights_dtype`,
+    Returns a `RooflineResult`: `params_total`, `params_active_per_token`, `weights_dtype`,
     `weights_bytes_per_step` (int), `attention_flops`, `attention_bytes`,
-    `attention_intensity_flop_per_byte`, `step_bytes`, `step_flops`, `memory_time_s`,
+    `attention_intensity_flop_per_byte`, `state_bytes_per_step` and `state_flops` (recurrent
+    layers: state read and written, docs/model.md), `step_bytes`, `step_flops`, `memory_time_s`,
     `compute_time_s`, `step_time_s` (lower bound), `tokens_per_s` (upper bound), `bound`
     ('memory' or 'compute'), `bandwidth_Bps`, `peak_flops`, `ridge_flop_per_byte` (at the weights'
     peak: the whole step's ridge), `attention_ridge_flop_per_byte` (at the bf16 peak, where
@@ -112,50 +212,80 @@ def roofline(
     check_choice("weights_dtype", wdtype, tuple(WEIGHT_DTYPES))
     # The attention alone, on the bf16 roofline (attention runs at the KV/activation precision).
     att = attention_roofline(model, gpu, context=context, batch=batch, kv_dtype=kv_dtype, mla_path=mla_path, tp=tp)
-    bandwidth = gpu.bandwidth_Bps
-    peak = gpu.peak_flops(wdtype)
-    streamed = params_streamed_per_step(model, batch)
-    weights_step = -(-weight_bytes(streamed, wdtype) // tp)
-    resident = -(-weight_bytes(params_total(model), wdtype) // tp)  # all weights held, / tp
+    s = decode_step_terms(model, gpu, batch, context=context, kv_dtype=kv_dtype, weights_dtype=wdtype,
+                          mla_path=mla_path, tp=tp, state_dtype=state_dtype)
+    bandwidth, peak = s["bandwidth_Bps"], s["peak_flops"]
+    t_mem, t_compute, step_time = s["memory_time_s"], s["compute_time_s"], s["step_time_s"]
+    step_bytes, step_flops = s["step_bytes"], s["step_flops"]
+    resident = -(-weights_bytes(model, wdtype) // tp)  # all weights held, / tp
     active = active_params_per_token(model)
-    step_bytes = weights_step + att["attention_bytes"]
-    step_flops = 2 * active * batch / tp + att["attention_flops"]
-    t_mem = step_bytes / bandwidth
-    t_compute = step_flops / peak
-    step_time = max(t_mem, t_compute)
-    return {
-        "model": model.name,
-        "gpu": gpu.id,
-        "attention": model.kind,
-        "mla_path": mla_path if model.is_mla else None,
-        "context": context,
-        "batch": batch,
-        "tp": tp,
-        "params_total": params_total(model),
-        "params_active_per_token": active,
-        "weights_dtype": wdtype,
-        "weights_bytes_per_step": weights_step,
-        "experts_touched_per_moe_layer": experts_touched(model, batch),
-        "attention_flops": att["attention_flops"],
-        "attention_bytes": att["attention_bytes"],
-        "attention_intensity_flop_per_byte": att["attention_intensity_flop_per_byte"],
-        "step_bytes": step_bytes,
-        "step_flops": step_flops,
-        "step_intensity_flop_per_byte": step_flops / step_bytes,
-        "bandwidth_Bps": bandwidth,
-        "peak_flops": peak,
-        "ridge_flop_per_byte": peak / bandwidth,
-        "attention_ridge_flop_per_byte": att["ridge_flop_per_byte"],
-        "weights_resident_bytes_per_gpu": resident,
-        "weights_fit_in_memory": resident <= gpu.memory_bytes,
-        "memory_time_s": t_mem,
-        "compute_time_s": t_compute,
-        "step_time_s": step_time,
-        "tokens_per_s": batch / step_time,
-        "bound": "memory" if t_mem >= t_compute else "compute",
-        "attention_time_s": att["attention_time_s"],
-        "attention_bound": att["bound"],
-    }
+    return RooflineResult(
+        model=model.name,
+        gpu=gpu.id,
+        attention=model.kind,
+        mla_path=mla_path if model.is_mla else None,
+        context=context,
+        batch=batch,
+        tp=tp,
+        params_total=params_total(model),
+        params_active_per_token=active,
+        weights_dtype=wdtype,
+        state_dtype=resolve_state_dtype(model, state_dtype),
+        weights_bytes_per_step=s["weights_bytes_per_step"],
+        experts_touched_per_moe_layer=experts_touched(model, batch),
+        attention_flops=att["attention_flops"],
+        attention_bytes=att["attention_bytes"],
+        attention_intensity_flop_per_byte=att["attention_intensity_flop_per_byte"],
+        state_bytes_per_step=s["state_bytes_per_step"],
+        state_flops=s["state_flops"],
+        step_bytes=step_bytes,
+        step_flops=step_flops,
+        step_intensity_flop_per_byte=step_flops / step_bytes,
+        bandwidth_Bps=bandwidth,
+        peak_flops=peak,
+        ridge_flop_per_byte=peak / bandwidth,
+        attention_ridge_flop_per_byte=att["ridge_flop_per_byte"],
+        weights_resident_bytes_per_gpu=resident,
+        weights_fit_in_memory=resident <= gpu.memory_bytes,
+        memory_time_s=t_mem,
+        compute_time_s=t_compute,
+        step_time_s=step_time,
+        tokens_per_s=batch / step_time,
+        bound="memory" if t_mem >= t_compute else "compute",
+        attention_time_s=att["attention_time_s"],
+        attention_bound=att["bound"],
+    )
+
+
+class DecodeVariant(NamedTuple):
+    """One variant's decode attention: unpacks as (label, spec, kv_dtype, mla_path)."""
+
+    label: str
+    spec: ModelSpec
+    kv_dtype: str
+    mla_path: str
+
+    @property
+    def key(self) -> str:
+        return f"mla-{self.mla_path}" if self.spec.is_mla else self.spec.kind
+
+
+def decode_variants(model: ModelSpec, kv_dtype: str = "auto", **variant_kw) -> list[DecodeVariant]:
+    """The same-width variants of `kv.variant_specs` as the decode step runs them: the MLA
+    latent twice (absorbed, recompute), the expanded cache once, the rest as themselves.
+    `variant_kw`: gqa_groups, kv_lora_rank, qk_rope_head_dim."""
+    from .kv import variant_specs
+
+    out = []
+    for var in variant_specs(model, kv_dtype, **variant_kw):
+        if var.key == "mla":
+            out += [DecodeVariant("MLA absorbed", var.spec, var.kv_dtype, "absorbed"),
+                    DecodeVariant("MLA recompute", var.spec, var.kv_dtype, "recompute")]
+        elif var.key == "mla-expanded":
+            out.append(DecodeVariant("MLA expanded", var.spec, var.kv_dtype, "expanded"))
+        else:
+            out.append(DecodeVariant(var.label, var.spec, var.kv_dtype, "absorbed"))
+    return out
 
 
 def attainable_flops(intensity: float, gpu: GPU, dtype: str = "bf16") -> float:

@@ -1,6 +1,6 @@
 """Model specs: frozen dataclasses whose field names are Hugging Face `config.json` names.
 
-Symbols (MODEL.md; DeepSeek-V3 values in brackets):
+Symbols (docs/model.md; DeepSeek-V3 values in brackets):
 
     l       num_hidden_layers                      [61]
     n_h     num_attention_heads                    [128]
@@ -88,26 +88,148 @@ class MoESpec:
     shared_expert_gate: bool = False  # Qwen-MoE: a 1 x hidden gate on the shared expert
     router_bias: bool = False  # gpt-oss router has a bias
     expert_bias: bool = False  # gpt-oss experts have biases
+    zero_experts: int = 0  # LongCat-Flash: identity ("zero-computation") experts the router may pick
 
     @property
     def num_moe_layers(self) -> int:
         return sum(self.moe_layers)
 
 
+# ---------------------------------------------------------------------------------------------
+# Per-layer cache kinds (docs/model.md, "Every layer its own cache"). A new kind is one entry here.
+
+# What a layer's attention side holds per token: `tokens` says how many tokens it keeps for a
+# sequence of T ("all": T; "window": min(T, window); "none": it holds nothing of its own).
+ATTENTION_LAYER_KINDS: dict[str, dict] = {
+    "full": {"label": "full attention", "tokens": "all"},
+    "sliding": {"label": "sliding-window attention", "tokens": "window"},
+    "chunked": {"label": "chunked attention", "tokens": "window"},
+    "shared": {"label": "shared KV (reads an earlier layer's cache)", "tokens": "none"},
+    "none": {"label": "no attention (MLP / MoE block)", "tokens": "none"},
+}
+
+# Recurrent state kinds. Every one fits one shape (docs/model.md): per layer per sequence
+#     conv elements  = (K - 1) * (H * P + 2 * G * N)
+#     state elements = H * P * N
+# with H heads (or channels) of width P, G key groups of width N, K the conv kernel:
+#     Mamba-1          H = d_in = expand * hidden, P = 1, G = 0, N = d_state
+#     Mamba-2          H = heads, P = head dim, G = n_groups, N = d_state
+#     Gated DeltaNet   H = value heads, P = d_v, G = key heads, N = d_k
+#     KDA              H = G = heads, P = N = head dim
+#     lightning        H = heads, P = N = head dim, G = 0, K = 1 (no conv state)
+RECURRENT_KINDS: dict[str, str] = {
+    "mamba1": "Mamba-1",
+    "mamba2": "Mamba-2",
+    "gdn": "Gated DeltaNet",
+    "kda": "KDA (Kimi Delta Attention)",
+    "lightning": "lightning attention",
+}
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """The per-sequence state one recurrent layer holds, in the common shape above.
+
+    Units: element counts (multiply by the state dtype's bytes). `num_heads` H and `num_groups`
+    G split over tensor-parallel ranks like KV heads (`state_elements(tp)`).
+    """
+
+    kind: str  # key of RECURRENT_KINDS
+    num_heads: int  # H (Mamba-1: d_in channels)
+    head_dim: int  # P
+    num_groups: int  # G (0 when the kind has no separate key groups in its conv)
+    state_size: int  # N
+    conv_kernel: int  # K (1: no conv state)
+    dt_rank: int = 0  # Mamba-1's low-rank time-step projection (parameters only)
+
+    @property
+    def label(self) -> str:
+        return RECURRENT_KINDS[self.kind]
+
+    def split(self, tp: int = 1, dp_attention: bool = False) -> tuple[int, int]:
+        """(heads, groups) on one GPU: heads max(1, H // tp); groups G // tp when G divides by
+        tp, else whole (docs/model.md); with attention DP the state stays whole on its GPU."""
+        if dp_attention or tp == 1:
+            return self.num_heads, self.num_groups
+        heads = max(1, self.num_heads // tp)
+        groups = self.num_groups // tp if (self.num_groups >= tp and self.num_groups % tp == 0) else self.num_groups
+        return heads, groups
+
+    def conv_elements(self, tp: int = 1, dp_attention: bool = False) -> int:
+        """Elements of the convolution state of one layer for one sequence on one GPU."""
+        h, g = self.split(tp, dp_attention)
+        return (self.conv_kernel - 1) * (h * self.head_dim + 2 * g * self.state_size)
+
+    def ssm_elements(self, tp: int = 1, dp_attention: bool = False) -> int:
+        """Elements of the recurrent (SSM / delta-rule / linear-attention) state, one layer, one
+        sequence, one GPU: H * P * N."""
+        h, _ = self.split(tp, dp_attention)
+        return h * self.head_dim * self.state_size
+
+    def elements(self, tp: int = 1, dp_attention: bool = False) -> int:
+        """All state elements of one layer for one sequence on one GPU (conv + recurrent)."""
+        return self.conv_elements(tp, dp_attention) + self.ssm_elements(tp, dp_attention)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """What one decoder layer caches for each sequence.
+
+    `attention` is a key of ATTENTION_LAYER_KINDS; `window` the tokens a sliding or chunked
+    layer keeps; `kv_caches` how many caches of the model's attention shape the layer holds
+    (LongCat-Flash: 2 MLA blocks a layer; 0 for shared and attention-free layers);
+    `recurrent` whether the layer also holds the model's recurrent state (Falcon-H1: both);
+    `draft` marks a multi-token-prediction / EAGLE draft layer added after the decoder.
+    """
+
+    attention: str = "full"
+    window: int | None = None
+    kv_caches: int = 1
+    recurrent: bool = False
+    draft: bool = False
+
+    def tokens_held(self, context: int, block_size: int | None = None) -> int:
+        """Tokens one of this layer's caches keeps for a sequence of `context` tokens: T, or
+        min(T, window), rounded up to whole blocks of `block_size` when given; 0 for none."""
+        rule = ATTENTION_LAYER_KINDS[self.attention]["tokens"]
+        if rule == "none" or self.kv_caches == 0:
+            return 0
+        t = context if (rule == "all" or self.window is None) else min(context, self.window)
+        if block_size:
+            t = -(-t // block_size) * block_size
+        return t
+
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """Equal layers grouped, as windows are grouped: `count` layers of one `layer` spec.
+
+    `first_layer` is the 0-based index of the first such layer (first-seen order)."""
+
+    layer: LayerSpec
+    count: int
+    first_layer: int
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One decoder-only model, as its config describes it.
 
-    `layer_windows[i]` is the sliding window of layer i in tokens, or None for full attention.
-    Architecture flags (`attention_bias`, `mlp_gated`, ...) serve the parameter count only.
+    `layers[i]` says what layer i caches (LayerSpec); draft layers, when turned on, follow the
+    `num_hidden_layers` decoder layers. Every per-token cache of one model has the shape of
+    `attention` (all families handled share one attention shape across layers), so a layer's
+    per-token bytes are `kv_caches` x the attention shape's bytes. `recurrent` is the state
+    shape of the layers with `recurrent=True`. Architecture flags (`attention_bias`,
+    `mlp_gated`, ...) serve the parameter count only.
     """
 
     name: str
     model_type: str
-    num_hidden_layers: int  # l
+    num_hidden_layers: int  # l (decoder layers, draft layers not included)
     hidden_size: int
     attention: AttentionSpec
-    layer_windows: tuple[int | None, ...]
+    layers: tuple[LayerSpec, ...]
+    recurrent: RecurrentSpec | None = None
     intermediate_size: int | None = None  # dense MLP width (None: no MLP counted)
     vocab_size: int | None = None  # None: no embeddings counted
     tie_word_embeddings: bool = False
@@ -115,7 +237,7 @@ class ModelSpec:
     quant_method: str | None = None  # quantization_config.quant_method
     moe: MoESpec | None = None
     indexer: IndexerSpec | None = None
-    # Parameter-count structure (MODEL.md "Parameter count from a config").
+    # Parameter-count structure (docs/model.md "Parameter count from a config").
     attention_bias: bool = False  # biases on q, k, v
     o_bias: bool = False  # bias on the output projection
     mlp_bias: bool = False
@@ -125,8 +247,12 @@ class ModelSpec:
     qk_norm: bool = False  # Qwen3, Gemma-3: RMSNorm over q and k heads (head_dim each)
     attn_sinks: bool = False  # gpt-oss: one learned sink logit per head
     learned_pos_embeddings: int = 0  # rows of a learned absolute position table (GPT-3)
-    num_nextn_predict_layers: int = 0  # DeepSeek MTP module: not counted (MODEL.md)
-    max_position_embeddings: int | None = None  # the config's context limit, tokens (None: not stated)
+    num_nextn_predict_layers: int = 0  # DeepSeek / GLM MTP draft layers the checkpoint ships
+    max_position_embeddings: int | None = None  # the longest context the model was trained for
+    quant_modules_not_converted: tuple[str, ...] = ()  # quantization_config.modules_to_not_convert
+    extra_dense_mlps: int = 0  # dense MLPs beside each MoE block (LongCat-Flash: 2)
+    mlp_layers: tuple[bool, ...] | None = None  # layers with an MLP or MoE block (None: all; Nemotron-H: - and E)
+    params_complete: bool = True  # False when a field only the parameter count needs is missing
     notes: tuple[str, ...] = ()  # assumptions the parser made, shown to the user
 
     @property
@@ -138,26 +264,83 @@ class ModelSpec:
         return self.attention.kind
 
     @property
+    def num_layers(self) -> int:
+        """All layers that hold a cache slot, draft layers included."""
+        return len(self.layers)
+
+    @property
+    def draft_layers(self) -> int:
+        return sum(1 for layer in self.layers if layer.draft)
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Per layer: the tokens a sliding or chunked layer keeps, None otherwise."""
+        return tuple(layer.window if ATTENTION_LAYER_KINDS[layer.attention]["tokens"] == "window" else None
+                     for layer in self.layers)
+
+    @property
     def default_weights_dtype(self) -> str:
-        """fp8 when `quantization_config.quant_method` is fp8, else `torch_dtype` (MODEL.md)."""
-        if self.quant_method == "fp8":
-            return "fp8"
+        """From `quantization_config.quant_method` (fp8 -> fp8, mxfp4 -> mxfp4), else
+        `torch_dtype` (docs/model.md)."""
+        if self.quant_method in ("fp8", "mxfp4"):
+            return self.quant_method
         return self.torch_dtype
 
+    def cache_groups(self) -> list[CacheGroup]:
+        """Equal layers grouped, in first-seen order (`CacheGroup`s)."""
+        counts: dict[LayerSpec, list[int]] = {}
+        for i, layer in enumerate(self.layers):
+            if layer in counts:
+                counts[layer][0] += 1
+            else:
+                counts[layer] = [1, i]
+        return [CacheGroup(layer, n, first) for layer, (n, first) in counts.items()]
+
     def window_groups(self) -> list[tuple[int | None, int]]:
-        """[(window or None, number of layers)] in first-seen order."""
+        """[(window or None, caches of the attention shape)] over layers holding per-token KV,
+        in first-seen order: what per-token arithmetic sums over."""
         counts: dict[int | None, int] = {}
-        for w in self.layer_windows:
-            counts[w] = counts.get(w, 0) + 1
+        for layer in self.layers:
+            rule = ATTENTION_LAYER_KINDS[layer.attention]["tokens"]
+            if rule == "none" or layer.kv_caches == 0:
+                continue
+            w = layer.window if rule == "window" else None
+            counts[w] = counts.get(w, 0) + layer.kv_caches
         return list(counts.items())
+
+    @property
+    def kv_layers(self) -> int:
+        """Per-token caches of the attention shape, summed over layers (LongCat counts 2 a layer)."""
+        return sum(n for _, n in self.window_groups())
+
+    @property
+    def recurrent_layers(self) -> int:
+        return sum(1 for layer in self.layers if layer.recurrent)
 
     @property
     def num_sliding_layers(self) -> int:
         return sum(1 for w in self.layer_windows if w is not None)
 
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layer is not plain full attention (windows, chunks, shared KV,
+        recurrent state or attention-free blocks)."""
+        return any(layer.attention != "full" or layer.recurrent or layer.kv_caches != 1 for layer in self.layers)
 
-def full_attention(num_layers: int) -> tuple[None, ...]:
-    return (None,) * num_layers
+
+def with_draft_layers(model: ModelSpec, n: int) -> ModelSpec:
+    """`model` with `n` draft (MTP / EAGLE) layers of its own full-attention kind appended
+    (docs/model.md: DeepSeek-V3's MTP module is one MLA layer). n = 0 removes them.
+    Raises MLAError for a negative or absurd n."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > 1000:
+        raise MLAError(f"draft layers must be a whole number from 0 to 1,000, got {n!r}")
+    base = tuple(layer for layer in model.layers if not layer.draft)
+    draft = (LayerSpec("full", None, 1, False, True),) * n
+    return replace(model, layers=base + draft)
+
+
+def full_attention(num_layers: int) -> tuple[LayerSpec, ...]:
+    return (LayerSpec(),) * num_layers
 
 
 def as_variant(
@@ -202,87 +385,3 @@ def as_variant(
     else:
         raise MLAError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}")
     return replace(model, attention=att, name=f"{model.name} as {kind.upper()}")
-
-
-def synthetic_model(
-    attention: str,
-    *,
-    layers: int,
-    heads: int,
-    kv_heads: int | None = None,
-    head_dim: int | None = None,
-    kv_lora_rank: int | None = None,
-    rope_dim: int | None = None,
-    nope_dim: int | None = None,
-    v_dim: int | None = None,
-    hidden_size: int | None = None,
-    intermediate_size: int | None = None,
-    vocab_size: int | None = None,
-    torch_dtype: str = "bf16",
-) -> ModelSpec:
-    """A hand-set architecture (CLI `--attention ...`, the KV page's manual mode).
-
-    Defaults: head_dim 128; MLA d_c = 4 d_h, d_r = d_h / 2, d_nope = d_h, d_v = d_nope
-    (DeepSeek-V2 Table 1); hidden size = heads * head_dim. Counts what it is given: attention
-    projections always, the MLP only with `intermediate_size`, embeddings only with
-    `vocab_size` (MODEL.md, "Synthetic models"). Built through `parse_config`, so the same
-    validation applies. Raises MLAError on bad or inconsistent sizes.
-    """
-    from .config import parse_config
-
-    if attention not in ATTENTION_KINDS:
-        raise MLAError(f"unknown --attention {attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
-    if attention != "mla":
-        given = [n for n, x in (("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim), ("nope_dim", nope_dim),
-                                ("v_dim", v_dim)) if x is not None]
-        if given:
-            raise MLAError(f"{', '.join(given)} set the MLA latent: use them with --attention mla, not {attention}")
-    from .config import MAX_WIDTH
-
-    for n, x in (("heads", heads), ("head_dim", head_dim)):
-        if isinstance(x, int) and not isinstance(x, bool) and x > MAX_WIDTH:
-            raise MLAError(f"{n} = {x:,} is larger than any model this tool accepts (max {MAX_WIDTH:,})")
-    d_h = head_dim if head_dim is not None else 128
-    cfg: dict = {
-        "model_type": f"synthetic_{attention}",
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "head_dim": d_h,
-        "hidden_size": hidden_size if hidden_size is not None else _mul(heads, d_h),
-        "torch_dtype": torch_dtype,
-    }
-    if attention == "mha":
-        if kv_heads is not None and kv_heads != heads:
-            raise MLAError(f"MHA has as many KV heads as heads ({heads}); got --kv-heads {kv_heads}")
-        cfg["num_key_value_heads"] = heads
-    elif attention == "mqa":
-        if kv_heads is not None and kv_heads != 1:
-            raise MLAError(f"MQA has one KV head; got --kv-heads {kv_heads}")
-        cfg["num_key_value_heads"] = 1
-    elif attention == "gqa":
-        if kv_heads is None:
-            raise MLAError("GQA needs --kv-heads (the number of KV groups)")
-        cfg["num_key_value_heads"] = kv_heads
-    else:
-        nope = nope_dim if nope_dim is not None else d_h
-        cfg.update(
-            num_key_value_heads=heads,
-            kv_lora_rank=kv_lora_rank if kv_lora_rank is not None else _mul(4, d_h),
-            qk_rope_head_dim=rope_dim if rope_dim is not None else (d_h // 2 if isinstance(d_h, int) else d_h),
-            qk_nope_head_dim=nope,
-            v_head_dim=v_dim if v_dim is not None else nope,
-        )
-        cfg.pop("head_dim")
-    if intermediate_size is not None:
-        cfg["intermediate_size"] = intermediate_size
-    if vocab_size is not None:
-        cfg["vocab_size"] = vocab_size
-    name = f"synthetic {attention.upper()}"
-    return parse_config(cfg, name=name)
-
-
-def _mul(a, b):
-    # Multiply only well-typed ints; leave anything else for the parser to reject by name.
-    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and not isinstance(b, bool):
-        return a * b
-    return None

@@ -282,10 +282,12 @@ class RooflineView(_View):
     roof_y: tuple[float, ...]
     baseline_head_dim: str
     warnings: tuple[str, ...] = ()
+    largest_batch: int | None = None  # whole sequences the tp GPUs hold (serving.largest_batch_that_fits)
+    batch_note: str = ""  # said when the chosen batch does not fit
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("own_label", "own_all", "own_tp", "step", "mla_path", "kv_dtype", "tp",
-                                           "ridge", "roof_x", "roof_y", "warnings")}
+                                           "ridge", "roof_x", "roof_y", "warnings", "largest_batch")}
         d["points"] = [p.to_dict() for p in self.points]
         return d
 
@@ -305,21 +307,15 @@ def roof(gpu, intensities, dtype: str = "bf16") -> tuple[tuple[float, ...], tupl
 
 def roofline_variants(model: ModelSpec, kv_dtype: str, *, gqa_groups: int = 0, kv_lora_rank: int = 0,
                       qk_rope_head_dim: int = 0) -> list[tuple[str, ModelSpec, str, str]]:
-    """[(label, spec, kv dtype, mla path)]: the same-width variants of `kv.variant_specs`, the MLA
-    latent as two decode paths (absorbed, recompute) and the expanded cache as the expanded path."""
+    """[(label, spec, kv dtype, mla path)]: `roofline.decode_variants` with the page's settings
+    (0 = the default; a GQA group count that does not divide n_h is the default)."""
+    from .roofline import decode_variants
+
     if gqa_groups and gqa_groups not in gqa_group_choices(model):
         gqa_groups = 0
-    out = []
-    for label, spec, layout, dtype in variant_specs(model, kv_dtype, gqa_groups=gqa_groups or None,
-                                                    kv_lora_rank=kv_lora_rank or None,
-                                                    qk_rope_head_dim=qk_rope_head_dim or None):
-        if label == "MLA (latent)":
-            out += [("MLA absorbed", spec, dtype, "absorbed"), ("MLA recompute", spec, dtype, "recompute")]
-        elif label == "MLA expanded":
-            out.append(("MLA expanded", spec, dtype, "expanded"))
-        else:
-            out.append((label, spec, dtype, "absorbed"))
-    return out
+    return [tuple(d) for d in decode_variants(model, kv_dtype, gqa_groups=gqa_groups or None,
+                                              kv_lora_rank=kv_lora_rank or None,
+                                              qk_rope_head_dim=qk_rope_head_dim or None)]
 
 
 def roofline_view(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
@@ -358,8 +354,26 @@ def roofline_view(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dty
     own_label = next((p.label for p in points if p.is_model), f"{model.kind.upper()} (this model)")
     rx, ry = roof(gpu, [*(p.result["attention_intensity_flop_per_byte"] for p in points),
                         own_tp["attention_intensity_flop_per_byte"], *extra_intensities])
+    cap = _largest_batch(model, gpu, context, tp, dtype, weights_dtype, mla_path)
+    note = ""
+    if cap is not None and batch > cap:
+        note = (f"Batch {batch:,} does not fit: at TP {tp} memory holds {cap:,} sequences of "
+                        f"{format_tokens(context)} (gpu_memory_utilization 0.9); the figures are for a step that "
+                "cannot run as set.")
     return RooflineView(tuple(points), own_label, own_all, own_tp, step, mla_path, dtype, tp,
-                        gpu.ridge_flop_per_byte, rx, ry, baseline_head_dim_text(model), tuple(warnings))
+                        gpu.ridge_flop_per_byte, rx, ry, baseline_head_dim_text(model), tuple(warnings), cap, note)
+
+
+def _largest_batch(model, gpu, context, tp, kv_dtype, weights_dtype, mla_path) -> int | None:
+    """`serving.largest_batch_that_fits` for the path's cache layout, or None when refused."""
+    from .serving import largest_batch_that_fits
+
+    try:
+        return largest_batch_that_fits(model, gpu, context=context, tp=tp, kv_dtype=kv_dtype,
+                                       weights_dtype=weights_dtype,
+                                       cache_layout="expanded" if (model.is_mla and mla_path == "expanded") else "latent")
+    except MLAError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -373,6 +387,7 @@ class StepSweep(_View):
     lines: tuple[tuple[str, bool, dict], ...]
     crossover: int | None
     batch: int
+    cap: int | None = None
 
 
 def step_sweep(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
@@ -402,8 +417,12 @@ def step_sweep(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype:
     for label, mine, spec, d, path in todo:
         s = decode_step_vs_batch(spec, gpu, batches, context=context, kv_dtype=d, weights_dtype=weights_dtype,
                                  mla_path=path, tp=tp)
-        lines.append((label, mine, {k: val.tolist() for k, val in s.items()}))
-    return StepSweep(tuple(batches), tuple(lines), crossover, batch)
+        cap = _largest_batch(spec, gpu, context, tp, d, weights_dtype, path)
+        arrays = {k: val.tolist() for k, val in s.items()}
+        arrays["fits"] = [cap is None or b <= cap for b in batches]
+        lines.append((label, mine, arrays))
+    own_cap = _largest_batch(model, gpu, context, tp, dtype, weights_dtype, mla_path)
+    return StepSweep(tuple(batches), tuple(lines), crossover, batch, own_cap)
 
 
 @dataclass(frozen=True)

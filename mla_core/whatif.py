@@ -148,15 +148,23 @@ def what_if(model: ModelSpec, **overrides: int | None) -> ModelSpec:
         att = replace(a, num_attention_heads=n_h, num_key_value_heads=n_kv,
                       head_dim=changes.get("head_dim", a.head_dim))
     layers = changes.get("num_hidden_layers", model.num_hidden_layers)
-    moe = model.moe
-    if moe is not None and layers != model.num_hidden_layers:
-        moe = replace(moe, moe_layers=_stretch(moe.moe_layers, layers))
+    per_layer = {}
+    if layers != model.num_hidden_layers:
+        n0 = model.num_hidden_layers
+        fields = {f.name for f in dataclasses.fields(model)}
+        if "layers" in fields:  # one spec per layer: the decoder's stretch, draft layers follow as they are
+            per_layer["layers"] = _stretch(model.layers[:n0], layers) + tuple(model.layers[n0:])
+        else:
+            per_layer["layer_windows"] = _stretch(model.layer_windows, layers)
+        if getattr(model, "mlp_layers", None) is not None and len(model.mlp_layers) == n0:
+            per_layer["mlp_layers"] = _stretch(model.mlp_layers, layers)
+        if model.moe is not None and len(model.moe.moe_layers) == n0:
+            per_layer["moe"] = replace(model.moe, moe_layers=_stretch(model.moe.moe_layers, layers))
     own = own_values(model)
     symbols = {f: s for f, _, s, _ in WHAT_IF_FIELDS}
     said = ", ".join(f"{symbols[f]} {v:,}" for f, v in changes.items() if v != own[f])
-    return replace(model, attention=att, num_hidden_layers=layers,
-                   layer_windows=_stretch(model.layer_windows, layers), moe=moe,
-                   name=f"{model.name} (what-if: {said})")
+    return replace(model, attention=att, num_hidden_layers=layers, name=f"{model.name} (what-if: {said})",
+                   **per_layer)
 
 
 @dataclass(frozen=True)

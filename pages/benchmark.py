@@ -3,7 +3,8 @@ compare devices and keep a history of runs.
 
 Sections, one module each by job: `ui.bench_run.measure` (set up, settings, run and progress),
 `ui.bench_history.import_result`, `ui.bench_results.results` (the shown run: ceilings, kernels,
-the measured roofline), `ui.bench_compare.compare` and `ui.bench_history.history_section`.
+the measured roofline), `ui.bench_compare.compare`, `ui.bench_history.history_section`, then
+`ui.collectives.section` and `ui.engine_runs.section`.
 torch is imported only inside the handlers that need it (ui.bench_run); the history, imports,
 validation, comparison and every chart work without it. Widget keys are kept across pages by
 the same registry as every other page's (ui.params.SESSION_KEYS). In presentation mode the slide
@@ -13,7 +14,7 @@ import uuid
 
 import streamlit as st
 
-from ui import bench_compare, bench_history, bench_results, bench_run, bench_runs, state
+from ui import bench_compare, bench_history, bench_results, bench_run, bench_runs, collectives, engine_runs, state
 from ui.bench_common import catalogue
 
 v = state.values()
@@ -41,3 +42,6 @@ else:
     bench_results.results(cat, present)
 bench_compare.compare(cat, present)
 bench_history.history_section(cat)
+# measured beyond one device: collectives and imported engine runs (ui/collectives.py, ui/engine_runs.py)
+collectives.section(present)
+engine_runs.section(present)

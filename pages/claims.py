@@ -6,7 +6,7 @@ replay of the slip. This page shows them; it computes nothing itself. Sections: 
 `summary`, `filters`, `table`, `chart` and `details`, drawing what views.claims_view returns; in
 presentation mode the slide is the title, the summary numbers and the chart."""
 import pandas as pd
-import plotly.graph_objects as go
+from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated
@@ -23,7 +23,7 @@ if present:
     st.markdown("## Published figures, recomputed by the analytic core")
 else:
     st.title("Published figures, recomputed")
-    st.caption("Every numeric claim of the three seed documents (shared/seeds/): paraphrased, recomputed by the "
+    st.caption("Every numeric claim of the three seed documents the project grew from: paraphrased, recomputed by the "
                "analytic core from the inputs the document states, and set side by side with a verdict. Where a "
                "figure differs, the reason found is replayed: the slip or convention is recomputed to see whether it "
                "gives the stated figure. The sidebar's model and GPU do not apply here: each claim names its own.")
@@ -45,7 +45,7 @@ def conventions():
         st.markdown(
             "- **Bytes**: GB = 10^9 B, GiB = 2^30 B (KB = 10^3 B, KiB = 2^10 B); a figure is recomputed in the unit "
             "its document prints.\n"
-            "- **Tokens**: 1M tokens = 10^6, 128K = 131,072 unless a document names 128,000.\n"
+            "- **Tokens**: a document's \"million tokens\" is 1,000,000; its 128K is 131,072 unless it names 128,000.\n"
             "- **MHA baseline of an MLA model**: d_h = qk_nope_head_dim (128 for DeepSeek-V2/V3), as in DeepSeek-V2 "
             "Table 1; the expanded per-head cache of DeepSeek's naive path is n_h (d_nope + d_r + d_v) per layer.\n"
             "- **Flops**: 2 per multiply-add; MLA absorbed decode counts the scores on the 576-wide latent+RoPE key "
@@ -147,13 +147,13 @@ def chart(cv):
         return
     lo, hi = cv.diagonal
     fig = go.Figure()
-    fig.add_trace(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
                              line={"color": "#777777", "dash": "dot"}, hoverinfo="skip"))
     for verdict in ("reproduced", "differs"):
         cs = [c for c in cv.plotted if c["verdict"] == verdict]
         if not cs:
             continue
-        fig.add_trace(dict(type="scatter",
+        fig.add_trace(go.Scatter(
             x=[c["stated"]["value"] for c in cs], y=[c["computed"] for c in cs], mode="markers", name=verdict,
             marker={"color": VERDICT_COLORS[verdict], "size": 14 if present else 10,
                     "symbol": "circle" if verdict == "reproduced" else "x", "line": {"width": 1, "color": "#333333"}},
@@ -192,6 +192,70 @@ def details(cv):
                 st.caption("No replay: no convention or slip tried gives the stated figure.")
 
 
+@st.cache_data(show_spinner=False)
+def _accuracy() -> dict:
+    from mla_core.serving import accuracy as serving_accuracy
+
+    return serving_accuracy()
+
+
+def accuracy():
+    """Published serving figures and the user's engine runs against the serving plan's bound
+    (mla_core.serving.accuracy, mla_core.bench.engines.accuracy)."""
+    # --- accuracy of the serving plan against published serving figures -----------------------------------
+    st.subheader("Accuracy: published serving figures against the serving plan's bound")
+    st.caption("Each published throughput (data/serving_measurements.json) is set against the bound the Serving plan "
+               "computes for the same model, GPUs, split and workload. A bound is what no engine can beat; a measured "
+               "figure above it would be a modelling error (a test fails). Efficiency = measured / bound.")
+    try:
+        acc = _accuracy()
+    except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
+        st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
+    else:
+        a1, a2, a3 = st.columns(3)
+        a1.metric("Published figures checked", f"{acc['cases']}")
+        a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
+        if acc["cases"]:
+            a3.metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
+        METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
+                        "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
+                        "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
+        st.dataframe(pd.DataFrame([{
+            "figure": r["id"], "efficiency": f"{r['efficiency']:.1%}",
+            "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
+            "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
+            "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
+            "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
+        } for r in acc["rows"]]), hide_index=True)
+        with st.expander("Sources and assumptions"):
+            for r in acc["rows"]:
+                st.markdown(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
+                            f"  _{escape_md(r['assumptions'], 600)}_")
+
+
+    # --- accuracy against the user's own engine runs (imported on the Benchmark page) -------------------
+    st.markdown("**Your engine runs** (imported on the Benchmark page or with `python -m mla_core bench import`): "
+                "each measured TTFT, TPOT and throughput against the plan for the same setting.")
+    try:
+        from mla_core.bench.engines import accuracy as engine_accuracy
+
+        engine_rows = [{
+            "run": c.settings.get("run_label") or f"{c.engine} {c.format}", "model": c.model, "GPU": c.gpu,
+            "split": p.deployment.get("split", ""), "batch": p.workload.get("batch"),
+            "metric": m.name, "measured": m.measured, "predicted (bound)": m.predicted, "error (%)": m.error_pct,
+            "modelling error": "YES" if m.beats_bound else "",
+        } for c in engine_accuracy() for p in c.points for m in p.metrics]
+    except MLAError as e:
+        st.error(escape_md(f"Engine runs could not be read: {e}", 400))
+    else:
+        if engine_rows:
+            st.dataframe(pd.DataFrame(engine_rows), hide_index=True,
+                         column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
+        else:
+            st.info("No engine run imported yet: import a `vllm bench serve --save-result` JSON or an SGLang "
+                    "bench_serving / bench_one_batch file on the Benchmark page.")
+
+
 # --- the page ----------------------------------------------------------------------------------------------
 cv = claims_view(claims, **_filters_state())
 if present:  # the slide: title, the four counts, the chart; the rest follows
@@ -208,3 +272,4 @@ else:
     table(cv)
     chart(cv)
 details(cv)
+accuracy()

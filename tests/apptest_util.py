@@ -5,7 +5,8 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
-PAGES = ["pages/kv_cache.py", "pages/capacity.py", "pages/roofline.py", "pages/benchmark.py", "pages/claims.py"]
+PAGES = ["pages/kv_cache.py", "pages/capacity.py", "pages/roofline.py", "pages/benchmark.py", "pages/claims.py",
+         "pages/serving.py"]
 TIMEOUT = 60  # the first run imports plotly and pandas; AppTest's own default is 3 s
 
 

@@ -346,7 +346,7 @@ def fake_run(monkeypatch, sample):
     release = threading.Event()
     calls = []
 
-    def fake(config, progress=None, cancel=None, *, wait=False):
+    def fake(config, progress=None, cancel=None, *, wait=False, source="api"):
         if not brun._LOCK.acquire(timeout=float(wait) if wait else 0.0):
             raise BenchBusy("another benchmark is running in this process")
         try:
@@ -421,7 +421,7 @@ def test_a_failed_run_is_one_error_line(monkeypatch):
     brun = pytest.importorskip("mla_core.bench.run")
     from mla_core.bench.errors import OversizeRequest
 
-    def refuse(config, progress=None, cancel=None, *, wait=False):
+    def refuse(config, progress=None, cancel=None, *, wait=False, source="api"):
         raise OversizeRequest("mha_decode B=4096 T=16777216 needs about 9.0 TiB on cpu, more than 80% of its free "
                               "memory")
 

@@ -152,3 +152,16 @@ def test_format_stated_and_describe_expr():
     text = describe_expr(BY_ID["news-93pct-vs-32-heads"]["compute"])
     assert text.startswith("100 * (1 - kv_bytes_per_token(deepseek-v2") and "MHA(layers=60, heads=32" in text
     assert describe_expr(BY_ID["mha-intensity-1"]["compute"]).startswith("attention_intensity(MHA(")
+
+
+def test_accuracy_section_shows_the_cores_checks():
+    from mla_core.serving import accuracy
+
+    at = run_page("pages/claims.py")
+    no_exceptions(at)
+    acc = accuracy()
+    assert metric(at, "Published figures checked") == str(acc["cases"])
+    assert metric(at, "At or under their bound") == f"{acc['cases']} of {acc['cases']}"
+    table = next(d.value for d in at.dataframe if "efficiency" in d.value.columns)
+    assert list(table["efficiency"]) == [f"{r['efficiency']:.1%}" for r in acc["rows"]]
+    assert list(table["bound"]) == [round(r["bound_per_gpu"], 1) for r in acc["rows"]]

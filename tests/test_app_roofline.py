@@ -11,7 +11,7 @@ from mla_core.presets import load_gpu, load_model
 from mla_core.roofline import attainable_flops, attention_roofline, decode_attention, roofline
 from mla_core.spec import as_variant
 from mla_core.sweeps import decode_step_vs_batch
-from mla_core.units import format_count, format_intensity, format_seconds
+from mla_core.units import format_intensity, format_seconds, format_token_rate
 from ui import measured, params
 
 PAGE = "pages/roofline.py"
@@ -50,7 +50,7 @@ def test_defaults_run_and_show_the_cores_step():
     model, gpu = load_model("deepseek-v3"), load_gpu("h200")
     r = roofline(model, gpu, context=131072, batch=1, kv_dtype="auto", mla_path="absorbed", tp=TP_DEFAULT)
     assert metric(at, "Decode step at TP") == format_seconds(r["step_time_s"])
-    assert metric(at, "Tokens/s upper bound") == f"{format_count(r['tokens_per_s'])} tokens/s"
+    assert metric(at, "Tokens/s upper bound") == format_token_rate(r['tokens_per_s'])
     assert metric(at, "Ridge point") == format_intensity(gpu.ridge_flop_per_byte)
 
 
@@ -90,7 +90,7 @@ def test_step_chart_marks_the_crossover_the_core_finds():
     first = next(b for b, c in zip(s["batch"], s["compute_bound"]) if c)
     assert f"compute bound from batch {int(first):,}" in _trace_names(at)
     r = roofline(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), context=128, batch=4, kv_dtype="bf16")
-    assert metric(at, "Tokens/s upper bound") == f"{format_count(r['tokens_per_s'])} tokens/s"
+    assert metric(at, "Tokens/s upper bound") == format_token_rate(r['tokens_per_s'])
     before = len(_trace_names(at))
     at.toggle(key="_step_variants").set_value(True).run()
     no_exceptions(at)
@@ -267,3 +267,25 @@ def test_per_gpu_intensity_follows_tp_and_weights_that_cannot_fit_are_flagged():
     at = run_page(PAGE, model="deepseek-v3", gpu="h800", tp="1", context="32768")
     no_exceptions(at)
     assert any("cannot run" in plain(w.value) for w in at.warning)
+
+
+def test_step_charts_mark_the_largest_batch_that_fits_and_the_whole_step_intensity():
+    # DeepSeek-V3 on 8 H200 at TP8, 32K: Capacity's rule gives the sequences that fit; the curves
+    # past that batch are drawn grey and dotted.
+    from mla_core.serving import largest_batch_that_fits
+
+    at = run_page(PAGE, model="deepseek-v3", gpu="h200", context="32768", batch="64", tp="8", kv_dtype="auto")
+    no_exceptions(at)
+    model, gpu = load_model("deepseek-v3"), load_gpu("h200")
+    cap = largest_batch_that_fits(model, gpu, context=32768, tp=8)
+    assert cap == 22  # the figure: "Capacity says 22 such requests fit"
+    assert metric(at, "Largest batch that fits at TP 8") == f"{cap:,} sequences"
+    r = roofline(model, gpu, context=32768, batch=64, tp=8)
+    assert metric(at, "Whole-step intensity") == format_intensity(r["step_intensity_flop_per_byte"])
+    names = _trace_names(at)
+    assert f"memory holds {cap:,} sequences" in names
+    step_fig = _figures(at)[1]
+    grey = [t for t in step_fig["data"] if t.get("name", "").endswith("does not fit in memory")]
+    assert grey and min(grey[0]["x"]) <= cap < max(grey[0]["x"])
+    solid = next(t for t in step_fig["data"] if t.get("name", "").endswith("(this model)"))
+    assert max(solid["x"]) <= cap

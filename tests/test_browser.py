@@ -71,6 +71,7 @@ PAGES = [
     ("decode-roofline", "roofline", []),
     ("measure", "benchmark", []),
     ("published-figures", "claims", []),
+    ("serving-plan", "serving", ["vllm serve deepseek-ai/DeepSeek-V3", "sglang.launch_server"]),
 ]
 
 

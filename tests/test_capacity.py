@@ -1,4 +1,4 @@
-"""Capacity per GPU: pinned to engine logs and to MODEL.md's definitions."""
+"""Capacity per GPU: pinned to engine logs and to docs/model.md's definitions."""
 import pytest
 
 from mla_core.capacity import allocator_waste, capacity, weights_bytes_per_gpu
@@ -45,7 +45,7 @@ def test_llama70b_tp4_shards_kv_heads():
 
 
 def test_budget_from_gpu_memory_utilization():
-    # kv budget = floor(gmu * memory) - weights - reserve; H200 memory = 141 * 2**30 (MODEL.md).
+    # kv budget = floor(gmu * memory) - weights - reserve; H200 memory = 141 * 2**30 (docs/model.md).
     m, gpu = load_model("deepseek-v3"), load_gpu("h200")
     assert gpu.memory_bytes == 141 * 2**30
     r = capacity(m, context=131072, gpu=gpu, num_gpus=8, tp=8, kv_dtype="fp8", reserve_bytes=2**30)

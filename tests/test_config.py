@@ -43,7 +43,11 @@ def test_window_precedence():
     assert parse_config(dict(base, use_sliding_window=False)).layer_windows == (None,) * 6
     assert parse_config(dict(base, sliding_window_pattern=3)).layer_windows == (100, 100, None, 100, 100, None)
     lt = ["sliding_attention", "full_attention", "chunked_attention", "sliding_attention", "x", "full_attention"]
-    assert parse_config(dict(base, layer_types=lt, sliding_window_pattern=3)).layer_windows == (100, None, None, 100, None, None)
+    m = parse_config(dict(base, layer_types=lt, sliding_window_pattern=3, attention_chunk_size=50))
+    assert m.layer_windows == (100, None, 50, 100, None, None)
+    # An unknown layer kind is counted as full attention, never silently: a note names it.
+    assert [layer.attention for layer in m.layers] == ["sliding", "full", "chunked", "sliding", "full", "full"]
+    assert any("'x'" in n and "full attention" in n for n in m.notes)
     qwen = dict(base, model_type="qwen2", use_sliding_window=True, max_window_layers=4)
     assert parse_config(qwen).layer_windows == (None,) * 4 + (100, 100)
     qwen_off = dict(qwen, use_sliding_window=False)
@@ -103,12 +107,28 @@ def test_unknown_fields_ignored():
     (dict(LLAMA, tie_word_embeddings="yes"), "true or false"),
     (dict(LLAMA, quantization_config=[1]), "quantization_config"),
     (dict(LLAMA, model_type=7), "model_type"),
-    (dict(LLAMA, num_experts=8), "moe_intermediate_size"),
-    (dict(LLAMA, num_experts=8, moe_intermediate_size=64), "num_experts_per_tok"),
-    (dict(LLAMA, num_local_experts=8, num_experts_per_tok=9), "exceeds"),
+    (dict(LLAMA, layer_types=["chunked_attention"] * 32), "attention_chunk_size"),
     (dict(LLAMA, sliding_window=-1), "sliding_window"),
 ])
 def test_hostile_dicts(cfg, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_config(cfg)
+
+
+@pytest.mark.parametrize("cfg, match", [
+    (dict(LLAMA, num_experts=8), "moe_intermediate_size"),
+    (dict(LLAMA, num_experts=8, moe_intermediate_size=64), "num_experts_per_tok"),
+    (dict(LLAMA, num_local_experts=8, num_experts_per_tok=9), "exceeds"),
+])
+def test_moe_fields_only_stop_the_parameter_count(cfg, match):
+    # docs/model.md: a field only the parameter count needs never stops the cache answer; the note names it.
+    m = parse_config(cfg)
+    assert m.moe is None and not m.params_complete
+    assert any(match in n and "parameters" in n for n in m.notes)
+    assert m.kv_layers == 32
+
+
+def _unused(cfg, match):
     with pytest.raises(ConfigError, match=match):
         parse_config(cfg)
 

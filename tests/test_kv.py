@@ -5,7 +5,7 @@ from mla_core.config import load_config, parse_config
 from mla_core.errors import MLAError
 from mla_core.kv import compare_variants, kv_bytes_per_token, kv_bytes_per_token_layer, kv_cache_bytes
 from mla_core.presets import load_model
-from mla_core.spec import synthetic_model
+from mla_core.config import synthetic_model
 
 from conftest import case_config
 
@@ -134,7 +134,7 @@ def test_synthetic_mqa():
 @pytest.mark.parametrize("dtype, row", [("q8_0", 4 * 34), ("q4_0", 4 * 18), ("fp4", 8 * 9), ("fp8", 128),
                                          ("fp32", 512), ("fp16", 256)])
 def test_block_formats_round_each_row(dtype, row):
-    # MODEL.md: q8_0 34 B / 32 values, q4_0 18 B / 32, fp4 0.5 B + 1 B scale per 16; a K or V
+    # docs/model.md: q8_0 34 B / 32 values, q4_0 18 B / 32, fp4 0.5 B + 1 B scale per 16; a K or V
     # row is d_h = 128 values per KV head.
     m = load_model("llama-3.1-8b")
     assert kv_bytes_per_token_layer(m, dtype) == 2 * 8 * row

@@ -1,4 +1,4 @@
-"""Parameter counts from configs, pinned to published totals (MODEL.md)."""
+"""Parameter counts from configs, pinned to published totals (docs/model.md)."""
 import pytest
 
 from mla_core.config import load_config
@@ -28,7 +28,7 @@ def test_gpt_oss_20b():
 
 @pytest.mark.parametrize("preset, published_b, rel", [
     ("deepseek-v3", 671.0, 0.005),       # DeepSeek-V3 report: 671B without the MTP module
-    ("deepseek-v2", 235.7, 0.005),       # DeepSeek-V2 (MODEL.md: 235.7 B)
+    ("deepseek-v2", 235.7, 0.005),       # DeepSeek-V2 (docs/model.md: 235.7 B)
     ("deepseek-v2-lite", 15.7, 0.005),   # DeepSeek-V2-Lite: 15.7B
     ("kimi-k2-instruct", 1030, 0.005),   # Kimi-K2: 1.03T
     ("gpt-oss-120b", 116.83, 0.001),     # openai/gpt-oss: 117B (116.83B)

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from mla_core.config import loads_config, parse_config
 from mla_core.errors import ConfigError
 from mla_core.kv import kv_bytes_per_token, kv_cache_bytes
-from mla_core.spec import as_variant, synthetic_model
+from mla_core.config import synthetic_model
+from mla_core.spec import as_variant
 
 small = st.integers(min_value=1, max_value=64)
 dims = st.sampled_from([16, 32, 64, 96, 128, 192, 256])

@@ -1,4 +1,4 @@
-"""Decode roofline: pinned figures and the identities of MODEL.md."""
+"""Decode roofline: pinned figures and the identities of docs/model.md."""
 import pytest
 
 from mla_core.config import load_config
@@ -6,7 +6,8 @@ from mla_core.errors import MLAError
 from mla_core.params import experts_touched
 from mla_core.presets import load_gpu, load_model
 from mla_core.roofline import attention_flops_per_token_layer, decode_attention, roofline
-from mla_core.spec import as_variant, synthetic_model
+from mla_core.config import synthetic_model
+from mla_core.spec import as_variant
 
 from conftest import case_config
 

@@ -1,8 +1,9 @@
 """The one formatting path: IEC bytes, decimal rates, token counts."""
 import pytest
 
-from mla_core.units import (format_bytes, format_count, format_rate, format_seconds, format_tokens,
-                            floor_decimal_times, gib_to_bytes, row_bytes, weight_bytes)
+from mla_core.units import (TOKENS_K, TOKENS_M, format_bytes, format_count, format_rate, format_seconds,
+                            format_token_rate, format_tokens, format_tokens_exact, floor_decimal_times,
+                            gib_to_bytes, row_bytes, short_tokens, token_label, token_ticks, weight_bytes)
 
 
 @pytest.mark.parametrize("n, text", [
@@ -15,11 +16,46 @@ def test_format_bytes(n, text):
 
 
 @pytest.mark.parametrize("n, text", [
-    (1, "1 token"), (512, "512 tokens"), (131072, "131K tokens"), (1_500_000, "1.5M tokens"),
-    (1_048_576, "1.05M tokens"), (10**9, "1B tokens"), (999_999, "1M tokens"), (2.5e12, "2.5T tokens"),
+    # The token rule (mla_core.units, docs/model.md "Units"): round binary sizes take K = 1,024 /
+    # M = 1,048,576, exactly; every other count is written out.
+    (1, "1 token"), (512, "512 tokens"), (1000, "1,000 tokens"), (4096, "4K tokens"),
+    (32768, "32K tokens"), (131072, "128K tokens"), (163840, "160K tokens"), (1_048_576, "1M tokens"),
+    (1_572_864, "1,536K tokens"), (128_000, "128,000 tokens"), (1_000_000, "1,000,000 tokens"),
+    (1_490_752, "1,490,752 tokens"), (1_500_000, "1,500,000 tokens"), (10**9, "1,000,000,000 tokens"),
+    (2**30, "1,024M tokens"), (2.0**20, "1M tokens"), (1234.6, "1,235 tokens"),
 ])
 def test_format_tokens(n, text):
     assert format_tokens(n) == text
+
+
+@pytest.mark.parametrize("n, short", [
+    (1024, "1K"), (3072, "3K"), (98304, "96K"), (131072, "128K"), (204800, "200K"), (3 << 20, "3M"),
+    (1023, None), (128_000, None), (1_000_000, None), (33 << 10, None), (1_490_752, None), (0, None), (-4096, None),
+])
+def test_short_tokens_is_exact_and_only_for_round_sizes(n, short):
+    assert short_tokens(n) == short
+    if short:  # the short form reads back to the count itself
+        value = int(short[:-1].replace(",", "")) * (TOKENS_M if short[-1] == "M" else TOKENS_K)
+        assert value == n
+
+
+def test_exact_and_rate_and_label_forms():
+    assert format_tokens_exact(131072) == "131,072 tokens (128K)"
+    assert format_tokens_exact(1_490_752) == "1,490,752 tokens"
+    assert format_tokens_exact(1) == "1 token"
+    assert token_label(131072) == "128K" and token_label(1_000_000) == "1,000,000"
+    assert format_token_rate(3456.7) == "3,457 tokens/s"
+    assert format_token_rate(42.42) == "42.4 tokens/s"
+    assert "K" not in format_token_rate(1.5e6) and format_token_rate(1.5e6) == "1,500,000 tokens/s"
+
+
+def test_token_ticks_are_powers_of_two_in_the_short_form():
+    assert token_ticks(1024, 1 << 20) == ([1 << p for p in range(10, 21)],
+                                         ["1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M"])
+    values, labels = token_ticks(1000, 5_000_000)
+    assert values == [1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20]
+    assert labels == ["1K", "4K", "16K", "64K", "256K", "1M", "4M"]
+    assert token_ticks(5000, 6000) == ([], [])
 
 
 def test_format_count_never_uses_g():

@@ -1,7 +1,6 @@
-"""The benchmark page's shared pieces: messages per section, loading a result by its key
-(history run, committed sample, this session's unsaved run), and the catalogue of runs.
-
-No torch here: mla_core.bench.run (and torch) is looked at only when already loaded."""
+"""The benchmark page's shared pieces: messages per section, the store's standing notices, loading
+a result by its key (history run, committed sample, this session's unsaved run), and the
+catalogue of runs. No torch here: mla_core.bench.run (and torch) is looked at only when loaded."""
 from __future__ import annotations
 
 import os
@@ -14,14 +13,15 @@ from mla_core.bench import history
 from mla_core.bench.schema import validate_result
 from mla_core.errors import MLAError
 
-from . import measured
-from .text import escape_md
+from . import bench_runs, measured
+from .text import escape_md, hide_paths
 
 GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per TFLOP/s, bytes per MiB
 POLL_S = 1.0  # the run panel refreshes this often while a benchmark waits or runs
 UNSAVED = "unsaved"
 MAX_MESSAGES = 10
 H200_SCRIPT = "benchmarks/gpu_h200.sh"
+ss = st.session_state
 
 
 def say(section: str, level: str, text: str) -> None:
@@ -30,8 +30,9 @@ def say(section: str, level: str, text: str) -> None:
 
 
 def flush(section: str) -> None:
-    for level, text in (st.session_state.pop(f"_bench_msgs_{section}", None) or [])[:MAX_MESSAGES]:
-        {"error": st.error, "warning": st.warning, "success": st.success}.get(level, st.info)(escape_md(text, 600))
+    for level, text in (ss.pop(f"_bench_msgs_{section}", None) or [])[:MAX_MESSAGES]:
+        {"error": st.error, "warning": st.warning, "success": st.success}.get(level, st.info)(
+            escape_md(hide_paths(text, history.default_path()), 600))
 
 
 def api_busy() -> bool:
@@ -42,8 +43,38 @@ def api_busy() -> bool:
 
 
 def notices() -> None:
-    for text in history.pop_notices():
-        say("history", "warning", f"History: {text}")
+    """In-process notices are dropped here: the store keeps them for every session (_history_status)."""
+    history.pop_notices()
+
+
+def ack(fn, ident: int) -> None:
+    try:
+        fn(ident)
+    except MLAError as e:
+        say("history", "error", f"History: {e}")
+
+
+def history_status() -> None:
+    """What the store must tell every session until someone acknowledges it: a corrupt store moved
+    aside, a run cut short by a server that died; and that a read-only store saves nothing."""
+    try:
+        for n in history.notices():
+            st.warning(escape_md(f"History: {n['text']}", 600))
+            if n["id"] is not None:
+                st.button("Understood", key=f"_bench_ack_notice_{n['id']}", on_click=ack,
+                          args=(history.acknowledge_notice, n["id"]))
+        for r in history.interrupted_runs():
+            st.warning(escape_md(f"A benchmark started {r['started_at']} ({r['source']}, pid {r['pid']}: {r['what']}) "
+                                 "never finished: its process stopped during the run (a server that was killed or "
+                                 "died). Nothing of it was saved.", 600))
+            st.button("Understood", key=f"_bench_ack_run_{r['id']}", on_click=ack,
+                      args=(history.acknowledge_interrupted, r["id"]))
+        if os.path.exists(history.default_path()) and not history.writable():
+            st.warning(escape_md(f"The history store {history.default_path()} is read-only: its runs are shown, but "
+                                 f"new runs and imports cannot be saved (set {history.ENV_VAR} to a writable path).",
+                                 600))
+    except MLAError as e:
+        st.error(escape_md(f"History: {e}", 600))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -67,7 +98,6 @@ def _sample_mtime(name: str) -> float:
 
 def load(key: str):
     """(result, None) or (None, reason) for a key: 'run:<id>', 'sample:<file>' or UNSAVED."""
-    ss = st.session_state
     if key == UNSAVED:
         return ss.get("bench_result"), None
     kind, _, ref = key.partition(":")
@@ -83,8 +113,7 @@ def load(key: str):
 
 
 def set_shown(key: str) -> None:
-    """Show `key` on this page and hand it to the Roofline page (st.session_state['bench_result'])."""
-    ss = st.session_state
+    """Show `key` below and hand it to the Roofline page (st.session_state['bench_result'])."""
     result, error = load(key)
     if result is None:
         say("results", "error", error or "that result could not be read")
@@ -96,11 +125,13 @@ def set_shown(key: str) -> None:
 @dataclass
 class Catalogue:
     """The runs there are: `runs` (history rows, newest first), `labels` and `short` names by key
-    ('run:<id>', 'sample:<file>', UNSAVED), `options` (the keys, in order)."""
+    ('run:<id>', 'sample:<file>', UNSAVED), `untrusted` (disturbed or damaged runs: out of
+    comparisons unless asked), `options` (the keys, in order)."""
 
     runs: list = field(default_factory=list)
     labels: dict = field(default_factory=dict)
     short: dict = field(default_factory=dict)
+    untrusted: set = field(default_factory=set)
 
     @property
     def options(self) -> list[str]:
@@ -110,7 +141,7 @@ class Catalogue:
 def catalogue() -> Catalogue:
     try:
         # Reading an empty history creates no file: the store is made by the first save.
-        runs = history.list_runs() if os.path.exists(history.default_path()) else []
+        runs = history.list_runs(kind="kernels") if os.path.exists(history.default_path()) else []
     except MLAError as e:
         say("history", "error", f"History: {e}")
         runs = []
@@ -118,16 +149,21 @@ def catalogue() -> Catalogue:
     samples = measured.sample_files()
     labels: dict[str, str] = {}
     short: dict[str, str] = {}
+    untrusted: set[str] = set()  # disturbed or damaged runs: out of comparisons unless asked
     for r in runs:
         key = f"run:{r['id']}"
         device = measured.clean_text(r.get("device_name") or "unknown device", 40)
         extra = f", {measured.clean_text(r['label'], 40)}" if r.get("label") else ""
-        labels[key] = f"#{r['id']} {device} ({r['source']}{extra}; {str(r.get('created') or r['saved_at'])[:16]})"
+        flag = bench_runs.run_flag(r)
+        labels[key] = f"#{r['id']} {device} ({r['source']}{extra}; {str(r.get('created') or r['saved_at'])[:16]}){flag}"
         # The legend names a run by its label when it has one: two runs of one device stay apart.
-        short[key] = f"#{r['id']} {measured.clean_text(r['label'], 40)}" if r.get("label") else f"#{r['id']} {device}"
+        short[key] = (f"#{r['id']} {measured.clean_text(r['label'], 40)}" if r.get("label") else
+                      f"#{r['id']} {device}") + flag
+        if r.get("disturbed") or r.get("damaged"):
+            untrusted.add(key)
     for name in samples:
         labels[f"sample:{name}"] = f"sample {measured.clean_text(name, 60)}"
         short[f"sample:{name}"] = f"sample {measured.clean_text(name, 40)}"
-    if st.session_state.get("_bench_result_key") == UNSAVED and st.session_state.get("bench_result") is not None:
+    if ss.get("_bench_result_key") == UNSAVED and ss.get("bench_result") is not None:
         labels[UNSAVED] = short[UNSAVED] = "this session's run (not saved)"
-    return Catalogue(runs, labels, short)
+    return Catalogue(runs, labels, short, untrusted)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.bench import report
@@ -11,6 +10,7 @@ from mla_core.units import format_rate, format_seconds
 
 from . import charts, measured
 from .bench_common import GB, H200_SCRIPT, TFLOP, load
+from .charts import go
 from .text import escape_md
 
 ss = st.session_state
@@ -18,11 +18,15 @@ ss = st.session_state
 
 def compare(cat, present: bool) -> None:
     """The section: pick runs, then a table, a CSV and a chart of each kernel across them."""
-    options, labels, short = cat.options, cat.labels, cat.short
+    options, labels, short, untrusted = cat.options, cat.labels, cat.short, cat.untrusted
     st.subheader("Compare devices")
-    ss["_bench_compare"] = [k for k in (ss.get("_bench_compare") or []) if k in options]
+    cmp_options = [k for k in options if k not in untrusted or ss.get("_bench_cmp_disturbed")]
+    ss["_bench_compare"] = [k for k in (ss.get("_bench_compare") or []) if k in cmp_options]
     with st.expander("Comparison settings", expanded=not present):
-        st.multiselect("Runs to compare (history and samples)", options, key="_bench_compare",
+        st.toggle(f"Include disturbed runs ({len(untrusted)})", key="_bench_cmp_disturbed",
+                  help="Runs that other work disturbed (or whose stored copy is damaged) are left out of comparisons "
+                       "unless this is on.")
+        st.multiselect("Runs to compare (history and samples)", cmp_options, key="_bench_compare",
                        format_func=lambda k: labels.get(k, k),
                        help="e.g. this machine's run and an imported H200 result (made by benchmarks/gpu_h200.sh).")
         c1, c2 = st.columns(2)

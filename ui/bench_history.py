@@ -10,8 +10,8 @@ from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 
 from . import measured
-from .bench_common import H200_SCRIPT, flush, notices, say, set_shown
-from .text import escape_md
+from .bench_common import H200_SCRIPT, flush, history_status, notices, say, set_shown
+from .text import display_path, escape_md
 
 ss = st.session_state
 
@@ -41,12 +41,12 @@ def _on_upload() -> None:
     ss["_bench_compare"] = [*chosen, key]
 
 
-
 def import_result(present: bool) -> None:
     """Import a result made elsewhere (checked against the schema, saved in the history)."""
     with st.expander("Import a result from another machine", expanded=not present):
-        st.file_uploader("A result JSON written by `python -m mla_core bench --out FILE.json` (at most 1 MB, the "
-                         "server's upload limit)", type=["json"], key="_bench_upload", on_change=_on_upload)
+        st.file_uploader("A result JSON written by `python -m mla_core bench --out FILE.json` (at most 1 MiB; Streamlit "
+                         "writes its limit as 1MB, meaning 2^20 bytes)", type=["json"], key="_bench_upload",
+                         on_change=_on_upload)
         st.text_input("Label for the import (optional; default: the file name)", key="_bench_import_label",
                       max_chars=200)
         st.caption(f"No H200 measurement is committed yet: `bash {H200_SCRIPT}` on an H200 writes one "
@@ -103,14 +103,14 @@ def _export(fn, ids):
     return make
 
 
-
 def history_section(cat) -> None:
     """The saved runs: a table, selection, show, compare, export, delete with confirmation."""
     runs, labels = cat.runs, cat.labels
     st.subheader("History")
-    st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(history.default_path(), 300)} "
+    st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(display_path(history.default_path()), 300)} "
                f"(set {history.ENV_VAR} to keep it elsewhere). A damaged file is moved aside, never deleted.")
     flush("history")
+    history_status()
 
     if not runs:
         st.info("No runs saved yet: run the benchmark or import a result.")
@@ -120,6 +120,9 @@ def history_section(cat) -> None:
             "device": measured.clean_text(r.get("device_name") or "", 60), "kind": r.get("device_kind") or "",
             "dtype": r.get("dtype") or "", "source": r["source"], "label": measured.clean_text(r.get("label") or "", 80),
             "results": r["n_results"],
+            "disturbed": {None: "", False: "no", True: "yes: " + "; ".join(r.get("disturbed_reasons") or [])}[
+                r.get("disturbed")],
+            "damaged": r.get("damaged") or "",
         } for r in runs]), hide_index=True)
         ids = [r["id"] for r in runs]
         ss["_bench_selected"] = [i for i in _selected() if i in ids]
@@ -141,4 +144,3 @@ def history_section(cat) -> None:
             d1, d2, _ = st.columns([1, 1, 3])
             d1.button("Yes, delete", key="_bench_delete_yes", on_click=_delete, type="primary")
             d2.button("Keep them", key="_bench_delete_no", on_click=lambda: ss.pop("_bench_confirm_delete", None))
-

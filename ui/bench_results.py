@@ -3,15 +3,15 @@ kernel with its prediction (mla_core.bench.report), and the measured roofline.""
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from mla_core.bench import report
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_count, format_intensity, format_rate, format_seconds
 
-from . import charts, measured
+from . import bench_model, bench_runs, charts, measured
 from .bench_common import GB, MAX_MESSAGES, TFLOP, flush, load, set_shown
+from .charts import go
 from .text import escape_md
 
 ss = st.session_state
@@ -34,6 +34,11 @@ def render(shown: dict, present: bool, *, slide: bool = False) -> None:
         st.caption(f"**{escape_md(dev['name'])}** ({escape_md(', '.join(facts), 400)}); measured "
                    f"{escape_md(shown.get('created', ''))}" + (f" in {format_seconds(shown['wall_s'])}"
                                                                if shown.get("wall_s") else "") + ".")
+    bench_model.show_result(shown)
+    reasons = bench_runs.disturbed_reasons(shown)
+    if reasons:
+        st.warning(escape_md("This run was disturbed: " + "; ".join(reasons) + ". Its numbers understate the "
+                             "machine; comparisons leave it out unless asked.", 800))
     cs = report.ceiling_summary(shown)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Copy bandwidth (measured)", format_rate(cs["copy_GBps"] * GB, "B/s") if cs["copy_GBps"] else "n/a",
@@ -51,7 +56,7 @@ def render(shown: dict, present: bool, *, slide: bool = False) -> None:
     else:
         _details(shown, rows, cs, present)
         _roofline(shown, rows, cs, present)
-    _predicted(rows, present)
+    _predicted(shown, rows, present)
 
 
 def _details(shown: dict, rows: list, cs: dict, present: bool) -> None:
@@ -172,7 +177,8 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
                     hovertemplate=(f"<b>{label}</b> predicted (%{{customdata[0]}})<br>%{{customdata[1]}}, "
                                    "%{customdata[2]} bound<br>predicted / measured %{customdata[3]}"
                                    "<extra></extra>")))
-        charts.style(fig, title=f"Decode kernels on the measured roofline of {measured.device_name(shown)}",
+        charts.style(fig, title=f"Decode kernels on the measured roofline of {measured.device_name(shown)}"
+                           f"{bench_runs.run_flag(shown)}",
                      x_title="arithmetic intensity (flop/B)", y_title="performance (TFLOP/s)", log_x=True,
                      log_y=True, present=present, height=charts.slide_height(slide))
         if slide:  # on a slide the legend sits beside the plot
@@ -189,8 +195,7 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
     elif problems:
         st.warning(escape_md(f"No decode kernel to draw: {problems[0]}", 300))
 
-
-def _predicted(rows: list, present: bool) -> None:
+def _predicted(shown: dict, rows: list, present: bool) -> None:
     """Decode step: measured against predicted, per kernel."""
     decode = [r for r in rows if r["is_decode"] and r["intensity_flop_per_byte"]]
     if decode and any(r["predicted_s"] for r in decode):
@@ -204,7 +209,8 @@ def _predicted(rows: list, present: bool) -> None:
                 x=cats, y=[r[key] * 1e3 if r[key] else None for r in decode], name=name, marker={"color": color},
                 customdata=[[format_seconds(r[key]) if r[key] else "n/a", r["shape_text"]] for r in decode],
                 hovertemplate=f"{name}<br>%{{x}} (%{{customdata[1]}}): %{{customdata[0]}}<extra></extra>"))
-        charts.style(fig2, title="Decode step: measured against predicted", x_title="kernel (shape)",
+        charts.style(fig2, title=f"Decode step: measured against predicted{bench_runs.run_flag(shown)}",
+                     x_title="kernel (shape)",
                      y_title="time (ms)", log_y=True, present=present, height=None if present else 400)
         fig2.update_layout(barmode="group", legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
                            margin={"b": 110})

@@ -1,15 +1,18 @@
 """The benchmark page's "Measure this machine" section: set up (loads torch), settings sized to
-the device, the memory check, the run button and the live progress panel (ui.bench_runs)."""
+the sidebar's model on the device (ui.bench_model), the memory check, the run button and the
+live progress panel (ui.bench_runs)."""
 from __future__ import annotations
+
+import os
 
 import streamlit as st
 
-from mla_core.bench import report
+from mla_core.bench import report, runlock
 from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS, MAX_REPS
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_seconds
 
-from . import bench_runs, measured
+from . import bench_model, bench_runs, measured, state
 from .bench_common import MiB, POLL_S, UNSAVED, api_busy, flush, say
 from .text import escape_md
 
@@ -36,15 +39,12 @@ def take_finished(reg, owner: str) -> None:
             say("run", "error", finished.error or "the benchmark failed")
 
 
-
 def _seed() -> None:
-    """Defaults for the chosen device and quick setting, sized to its free memory (imports torch)."""
-    from mla_core.bench import run as bench_run
-
-    try:
-        cfg = bench_run.default_config(ss.get("_bench_device", "auto"), bool(ss.get("_bench_quick", True)))
-    except MLAError as e:
-        say("run", "error", str(e))
+    """The sidebar model's shape at its batch and context for the chosen device and quick setting,
+    scaled to fit (mla_core.bench.run.default_config; imports torch)."""
+    cfg, error = bench_model.seed_or_error(ss.get("_bench_device", "auto"), bool(ss.get("_bench_quick", True)))
+    if cfg is None:
+        say("run", "error", error)
         return
     ss.update(_bench_batch=cfg.batches[0], _bench_context=cfg.contexts[0], _bench_heads=cfg.heads,
               _bench_gqa=cfg.gqa_groups, _bench_kernels=list(cfg.kernels), _bench_reps=cfg.reps,
@@ -77,7 +77,9 @@ def _widget_config() -> dict:
             "heads": int(ss["_bench_heads"]), "gqa_groups": int(ss["_bench_gqa"]),
             "kernels": list(ss["_bench_kernels"]), "reps": int(ss["_bench_reps"]),
             "stream_bytes": int(ss["_bench_stream_mib"]) * MiB, "matmul_n": int(ss["_bench_matmul_n"]),
-            "budget_s": float(ss["_bench_budget_s"])}
+            "budget_s": float(ss["_bench_budget_s"]),
+            **bench_model.extra_fields(int(ss["_bench_batch"]), int(ss["_bench_context"]), int(ss["_bench_heads"]),
+                                       int(ss["_bench_gqa"]))}
 
 
 def _plan():
@@ -99,7 +101,7 @@ def _start(reg, owner: str) -> None:
                            f"device's free memory ({format_bytes(check['limit_bytes'])} of {format_bytes(free)}); "
                            "lower the batch, context or heads")
         label = " ".join(str(ss.get("_bench_label") or "").split())[:200] or None
-        reg.start(owner, cfg, label)
+        reg.start(owner, cfg, label, session=state.session_id())
     except MLAError as e:
         say("run", "error", str(e))
 
@@ -108,7 +110,10 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
     """Progress of this session's run, or of another session's; re-drawn every POLL_S while polling."""
     mine = reg.job(owner)
     active = reg.active()
-    busy = api_busy()
+    busy = api_busy() and not (mine is not None and mine.state in bench_runs.ACTIVE)  # another session's run
+    holder = runlock.holder()
+    if holder is not None and holder.get("pid") == os.getpid():
+        holder = None  # this server's own run (a session's, shown above)
     if polling and ((mine is not None and mine.state in bench_runs.FINISHED) or (not active and not busy)):
         st.rerun(scope="app")  # a run ended: redraw the page (results, history, the run button)
     running = next((j for j in active if j.state == "running"), None)
@@ -116,11 +121,17 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
         if mine.state == "running":
             st.progress(report.progress_fraction(mine.done, mine.total),
                         text=f"Your benchmark: {mine.done} of {mine.total} kernels done; now {mine.step}")
-        else:
-            other = (f", {running.done} of {running.total} kernels done" if running and running.owner != owner
-                     else "")
+        elif (running is not None and running.owner != owner) or (
+                api_busy() and any(j.owner != owner for j in active)):
+            other = f", {running.done} of {running.total} kernels done" if running is not None else ""
             st.info(f"A benchmark is running (started by another session){other}; yours will wait and starts "
                     "when it finishes.")
+        elif holder is not None:
+            st.info(escape_md(f"A benchmark is running on this machine (pid {holder.get('pid')}, started "
+                              f"{'from the command line' if holder.get('source') == 'cli' else 'by another server'} "
+                              f"{holder.get('started', '')}); yours will wait and starts when it finishes.", 400))
+        else:
+            st.info("Your benchmark is starting (loading torch and sizing the run).")
         st.button("Cancel my benchmark", key="_bench_cancel", on_click=reg.cancel, args=(owner,),
                   help="The run stops at its next repetition and frees its memory (CUDA/MPS cache included).")
     elif running is not None or busy:
@@ -129,7 +140,10 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
                 "runs at a time on this server, so that two runs do not measure each other.")
         if running is not None:
             st.progress(report.progress_fraction(running.done, running.total))
-
+    elif holder is not None:
+        st.info(escape_md(f"A benchmark is running on this machine (pid {holder.get('pid')}, started "
+                          f"{'from the command line' if holder.get('source') == 'cli' else 'by another server'} "
+                          f"{holder.get('started', '')}); a run started here waits for it.", 400))
 
 
 def measure(reg, owner: str, present: bool) -> None:
@@ -153,6 +167,8 @@ def measure(reg, owner: str, present: bool) -> None:
         devices = dict(ss.get("_bench_devices") or [("cpu", "CPU")])
         if ss.get("_bench_device") not in devices:
             ss["_bench_device"] = next(iter(devices))
+            _seed()
+        elif bench_model.needs_seed():  # the sidebar's model, batch or context changed
             _seed()
         with st.expander("Run settings", expanded=not present):
             c1, c2, c3 = st.columns(3)
@@ -179,8 +195,10 @@ def measure(reg, owner: str, present: bool) -> None:
             c3.number_input("Matmul n (n x n x n)", 1, 1 << 16, step=256, key="_bench_matmul_n")
             c4.number_input("Time budget per kernel (s)", 0.01, 3600.0, step=0.5, key="_bench_budget_s")
             st.text_input("Label for the history (optional)", key="_bench_label", max_chars=200)
-            st.caption("Defaults: DeepSeek-V3 attention widths (d_c 512, d_r 64, d_nope 128, d_v 128; MHA/GQA/MQA d_h "
-                       "128), sized by mla_core.bench.default_config to half of the device's free memory.")
+            st.caption("Defaults: the sidebar model's attention shape (n_h, KV heads, d_h, d_c, d_r, d_nope, d_v) at the "
+                       "sidebar's batch and context, scaled (batch, then context) by mla_core.bench.default_config to half "
+                       "of the device's free memory and, on a CPU, a time budget.")
+        bench_model.show()
         ready = False
         try:
             cfg, est, free, check = _plan()

@@ -15,11 +15,16 @@ in a thread of the server process, and every session polls the one server-wide `
   by the thread itself, so that it is kept even if its session has gone;
 - `take(owner)` hands a finished job to its session once; finished jobs nobody took are
   dropped after `KEEP_FINISHED_S`.
+- `note_rerun(session)` (ui.state.init, every rerun of every session) counts page reruns per
+  session; a run's result gets `other_sessions_reruns`, the reruns of other sessions while it
+  measured, as evidence of disturbance (mla_core.bench.disturbance): they share its CPUs and
+  the same process, so the run's own "other processes" figure cannot see them.
 torch is imported by the worker thread only (through mla_core.bench.run).
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from typing import Any
@@ -52,7 +57,26 @@ class Job:
     run_id: int | None = None  # history id of the saved result
     error: str | None = None  # why it failed or was cancelled (one line)
     save_error: str | None = None  # the run finished but could not be saved
+    session: str | None = None  # the Streamlit session that started it (its own reruns are not counted)
+    reruns_at_start: dict | None = None  # note_rerun counts when the run began measuring
     thread: threading.Thread | None = dataclasses.field(default=None, repr=False)
+
+
+def run_flag(run: dict) -> str:
+    """The mark every list, chart title and legend gives a stored run (history.list_runs row) or a
+    result dict: ' [damaged]', ' [disturbed]' or ''."""
+    if run.get("damaged"):
+        return " [damaged]"
+    block = run.get("disturbed")
+    if block is True or (isinstance(block, dict) and block.get("disturbed")):
+        return " [disturbed]"
+    return ""
+
+
+def disturbed_reasons(result: dict) -> list[str]:
+    """A result's reasons for being disturbed (empty when it was not, or it does not say)."""
+    block = result.get("disturbed")
+    return list(block.get("reasons") or []) if isinstance(block, dict) and block.get("disturbed") else []
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -66,6 +90,20 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
+        self._reruns: dict[str, int] = {}  # session -> reruns so far
+
+    def note_rerun(self, session: str | None) -> None:
+        """Count one rerun of `session` (only while a run is waiting or running: nothing to do otherwise)."""
+        if session is None:
+            return
+        with self._lock:
+            if any(j.state in ACTIVE for j in self._jobs.values()):
+                self._reruns[session] = self._reruns.get(session, 0) + 1
+
+    def _others_since(self, job: Job) -> int | None:
+        if job.reruns_at_start is None:
+            return None
+        return sum(n - job.reruns_at_start.get(s, 0) for s, n in self._reruns.items() if s != job.session)
 
     # -- reading ---------------------------------------------------------------------------------
     def job(self, owner: str) -> Job | None:
@@ -86,7 +124,7 @@ class Registry:
         return next((j for j in self.active() if j.state == "running"), None)
 
     # -- changing --------------------------------------------------------------------------------
-    def start(self, owner: str, config, label: str | None = None) -> Job:
+    def start(self, owner: str, config, label: str | None = None, session: str | None = None) -> Job:
         """Start `owner`'s run of `config` in a thread. Raises MLAError when the owner has a job
         waiting or running, or when MAX_ACTIVE jobs already are."""
         with self._lock:
@@ -97,7 +135,7 @@ class Registry:
             if sum(j.state in ACTIVE for j in self._jobs.values()) >= MAX_ACTIVE:
                 raise MLAError(f"{MAX_ACTIVE} benchmarks are already waiting or running on this server; "
                                "try again when one has finished")
-            job = Job(owner=owner, config=config, label=label)
+            job = Job(owner=owner, config=config, label=label, session=session)
             job.thread = threading.Thread(target=self._work, args=(job,), name=f"mla-bench-{owner[:8]}",
                                           daemon=True)
             self._jobs[owner] = job
@@ -137,6 +175,8 @@ class Registry:
         for owner in [o for o, j in self._jobs.items()
                       if j.state in FINISHED and j.finished_at and now - j.finished_at > KEEP_FINISHED_S]:
             del self._jobs[owner]
+        if not any(j.state in ACTIVE for j in self._jobs.values()):
+            self._reruns.clear()
 
     # -- the worker ------------------------------------------------------------------------------
     def _set(self, job: Job, **changes) -> None:
@@ -145,11 +185,14 @@ class Registry:
                 setattr(job, k, v)
 
     def _work(self, job: Job) -> None:
-        from mla_core.bench import history
+        from mla_core.bench import disturbance, history
         from mla_core.bench.errors import BenchBusy, BenchCancelled
 
         def progress(done: int, total: int, label: str) -> None:
-            self._set(job, state="running", done=done, total=total, step=str(label)[:120])
+            with self._lock:
+                if job.reruns_at_start is None:  # it holds the lock and measures from now on
+                    job.reruns_at_start = dict(self._reruns)
+                job.state, job.done, job.total, job.step = "running", done, total, str(label)[:120]
 
         deadline = time.monotonic() + MAX_WAIT_S
         try:
@@ -163,12 +206,15 @@ class Registry:
                 try:
                     # Looked up at call time, so that tests can replace run_benchmark.
                     result = bench_run.run_benchmark(job.config, progress=progress, cancel=job.cancel,
-                                                     wait=LOCK_POLL_S)
+                                                     wait=LOCK_POLL_S, source="app")
                     break
                 except BenchBusy:
                     if time.monotonic() > deadline:
                         raise BenchBusy(f"waited {MAX_WAIT_S / 60:.0f} minutes for the other benchmark to finish; "
                                         "try again later") from None
+            with self._lock:
+                others = self._others_since(job)
+            disturbance.add_evidence(result, other_sessions_reruns=others)
             run_id, save_error = None, None
             try:
                 run_id = history.save_run(result, source="local", label=job.label)
@@ -183,11 +229,15 @@ class Registry:
             self._set(job, state="failed", error=_one_line(f"the benchmark failed: {type(e).__name__}: {e}"))
         finally:
             self._set(job, finished_at=time.time())
+            release = getattr(sys.modules.get("mla_core.bench.run"), "_release_heap", None)
+            if release is not None:
+                release()  # what saving and the run's thread left behind, back to the OS
 
 
 _REGISTRY = Registry()
 
 
 def registry() -> Registry:
-    """The server process's registry (one per process: the benchmark lock is per process too)."""
+    """The server process's registry (one per process; runs of every process on the machine
+    exclude each other through mla_core.bench.runlock)."""
     return _REGISTRY

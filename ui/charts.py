@@ -5,7 +5,10 @@ themes); the same variant keeps the same colour on every chart.
 """
 from __future__ import annotations
 
+import copy
 import functools
+import os
+import types
 
 import streamlit as st
 
@@ -34,58 +37,211 @@ def color_for(label: str) -> str:
     return "#999999"
 
 
+# --- figures: built as plain dicts, handed to Plotly once --------------------------------------------
+# Building figures with plotly.graph_objects validates every property and copies every array on
+# each add_trace (and again when Streamlit serialises the figure): 60-70% of a page's rerun on the
+# served path (benchmarks/served.py, pyinstrument). The pages keep graph_objects' spelling
+# (`from ui.charts import go`; go.Figure(), fig.add_trace(go.Scatter(...)), fig.update_layout(...)),
+# but traces and layout are plain dicts until `show()` hands them to one go.Figure. Plotly
+# validates that figure when MLA_VALIDATE_FIGURES=1 (the test suite sets it, so a misspelt
+# property fails there) and skips validation otherwise; tests/test_charts.py checks that both
+# give the browser the same JSON for every chart of every page.
+VALIDATE_ENV = "MLA_VALIDATE_FIGURES"
+_COMPOUND = {"marker", "line", "xaxis", "yaxis", "legend", "title", "font", "hoverlabel", "margin", "textfont",
+             "error_y", "error_x", "tickfont"}
+
+
+def validating() -> bool:
+    return os.environ.get(VALIDATE_ENV, "") not in ("", "0")
+
+
+def _expand(props: dict) -> dict:
+    """Plotly's 'magic underscore' names (marker_color -> {'marker': {'color': ...}}) for the
+    compound properties the pages use; None means unset, as in Plotly."""
+    out: dict = {}
+    for key, value in props.items():
+        if value is None:
+            continue
+        head, _, rest = key.partition("_")
+        if rest and head in _COMPOUND and key not in ("error_x", "error_y"):
+            _merge(out, {head: {rest: value}})
+        else:
+            _merge(out, {key: value})
+    return out
+
+
+def _merge(dst: dict, src: dict) -> dict:
+    """Plotly's update semantics: nested dicts merge, anything else replaces; a string title
+    is the title's text."""
+    for key, value in src.items():
+        if value is None:
+            continue
+        if key == "title" and isinstance(value, str):
+            value = {"text": value}
+        if isinstance(value, dict):
+            value = _expand(value)
+            if isinstance(dst.get(key), dict):
+                _merge(dst[key], value)
+                continue
+            dst[key] = _merge({}, value)
+        else:
+            dst[key] = value
+    return dst
+
+
+class Figure:
+    """The part of plotly.graph_objects.Figure the pages use, as plain dicts:
+    `data` (list of trace dicts) and `layout` (dict)."""
+
+    def __init__(self, data=None, layout=None):
+        self.data: list[dict] = [dict(t) for t in (data or [])]
+        self.layout: dict = _merge({}, dict(layout or {}))
+
+    def add_trace(self, trace: dict) -> "Figure":
+        self.data.append(trace)
+        return self
+
+    def update_layout(self, dict1: dict | None = None, **kwargs) -> "Figure":
+        _merge(self.layout, _expand({**(dict1 or {}), **kwargs}))
+        return self
+
+    def update_xaxes(self, dict1: dict | None = None, **kwargs) -> "Figure":
+        return self.update_layout(xaxis=_expand({**(dict1 or {}), **kwargs}))
+
+    def update_yaxes(self, dict1: dict | None = None, **kwargs) -> "Figure":
+        return self.update_layout(yaxis=_expand({**(dict1 or {}), **kwargs}))
+
+    def to_dict(self) -> dict:
+        return {"data": self.data, "layout": self.layout}
+
+    def to_plotly(self):
+        """One plotly go.Figure of this figure (validated when `validating()`)."""
+        if validating():
+            import plotly.graph_objects as pgo
+
+            return pgo.Figure(self.to_dict())
+        return _ready(self.to_dict())
+
+
+_READY = None
+
+
+def _ready(spec: dict):
+    """A plotly Figure standing for `spec` as it is: st.plotly_chart takes a Figure's to_dict()
+    (which otherwise deep-copies every array: 90 ms for the KV chart) and serialises that."""
+    global _READY
+    if _READY is None:
+        import plotly.graph_objects as pgo
+        from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
+
+        def convert(obj) -> None:
+            """plotly's convert_to_base64 (numpy arrays under dict keys become typed arrays) without
+            a call per number: a list whose first item is a scalar is a list of scalars (what the
+            pages build), and holds no dict whose arrays would need converting."""
+            if isinstance(obj, dict):
+                for key, value in obj.items():
+                    if isinstance(value, (dict, list, tuple)):
+                        if value and not isinstance(value, dict) and not isinstance(value[0], (dict, list, tuple)):
+                            continue  # plotly's walk converts nothing inside a list either, only dict values
+                        convert(value)
+                    elif not is_skipped_key(key) and is_homogeneous_array(value):
+                        obj[key] = to_typed_array_spec(value)
+            elif isinstance(obj, (list, tuple)):
+                for value in obj:
+                    convert(value)
+
+        class Ready(pgo.Figure):
+            def __init__(self, spec: dict):  # noqa: D107 - no validation, no copy: built fresh each run
+                self._spec = spec
+
+            def to_dict(self) -> dict:
+                convert(self._spec)  # what plotly's own to_dict does to numpy arrays
+                return self._spec
+
+            def to_plotly_json(self) -> dict:
+                return self.to_dict()
+
+        _READY = Ready
+    layout = spec["layout"]
+    if "template" not in layout:  # go.Figure() adds the default template (Streamlit's, once imported)
+        layout["template"] = _default_template()
+    return _READY(spec)
+
+
+_TEMPLATES: dict = {}
+
+
+def _default_template() -> dict:
+    import plotly.io as pio
+
+    name = pio.templates.default
+    if name not in _TEMPLATES:
+        _TEMPLATES[name] = pio.templates[name].to_plotly_json() if name else {}
+    return _TEMPLATES[name]
+
+
+def _trace(kind: str):
+    def make(**props) -> dict:
+        return {"type": kind, **_expand(props)}
+
+    make.__name__ = make.__qualname__ = kind.capitalize()
+    return make
+
+
+go = types.SimpleNamespace(Figure=Figure, Scatter=_trace("scatter"), Bar=_trace("bar"))
+
+
 @functools.lru_cache(maxsize=2)
-def _layout(present: bool):
-    """This app's layout (type sizes, margins, legend), built and validated once: handing Plotly
-    a ready Layout costs about 3 ms a chart where update_layout re-validates for 15 ms.
-    Properties are set on the layout itself, not in a template, because Streamlit swaps the
-    template for its own light or dark theme in the browser."""
-    import plotly.graph_objects as go
-
+def _base_layout(present: bool) -> dict:
+    """This app's layout (type sizes, margins, legend). Properties are set on the layout itself,
+    not in a template, because Streamlit swaps the template for its own light or dark theme in
+    the browser."""
     base = 22 if present else 14
-    return go.Layout(
-        title={"font": {"size": base + 6}},
-        font={"size": base},
-        height=680 if present else 460,
-        margin={"l": 10, "r": 10, "t": 120 if present else 80, "b": 10},
-        legend={"font": {"size": base}, "orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-        hoverlabel={"font": {"size": base}},
-        hovermode="closest",
-        xaxis={"showgrid": True, "title": {"font": {"size": base + 2}}, "tickfont": {"size": base}},
-        yaxis={"showgrid": True, "title": {"font": {"size": base + 2}}, "tickfont": {"size": base}},
-    )
+    return {
+        "title": {"font": {"size": base + 6}},
+        "font": {"size": base},
+        "height": 680 if present else 460,
+        "margin": {"l": 10, "r": 10, "t": 120 if present else 80, "b": 10},
+        "legend": {"font": {"size": base}, "orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        "hoverlabel": {"font": {"size": base}},
+        "hovermode": "closest",
+        "xaxis": {"showgrid": True, "title": {"font": {"size": base + 2}}, "tickfont": {"size": base}},
+        "yaxis": {"showgrid": True, "title": {"font": {"size": base + 2}}, "tickfont": {"size": base}},
+    }
 
 
-def style(fig, *, title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False,
-          present: bool = False, height: int | None = None):
+def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False,
+          present: bool = False, height: int | None = None, x_tokens: tuple | None = None) -> Figure:
     """Titles with units, log axes where asked, larger type and height in presentation mode.
     Whatever the page already set on the layout (bar mode, shapes, ranges) is kept. Axis types
-    are left to Plotly unless log is asked for, so category (bar) axes keep working."""
-    own = fig.layout.to_plotly_json()
-    own.pop("template", None)
-    fig.layout = _layout(bool(present))
-    if own:
-        fig.update_layout(own)
-    layout = fig.layout
-    layout.title.text = title
-    layout.xaxis.title.text = x_title
-    layout.yaxis.title.text = y_title
+    are left to Plotly unless log is asked for, so category (bar) axes keep working.
+    `x_tokens=(lo, hi)`: the x axis counts tokens; its ticks are labelled by the project's token
+    rule (mla_core.units.token_ticks: '4K', '128K', '1M'), never Plotly's decimal '100k'."""
+    own = fig.layout
+    fig.layout = _merge(copy.deepcopy(_base_layout(bool(present))), own)
+    fig.update_layout(title={"text": title}, xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}})
     if log_x:
-        layout.xaxis.type = "log"
+        fig.update_xaxes(type="log")
     if log_y:
-        layout.yaxis.type = "log"
+        fig.update_yaxes(type="log")
+    if x_tokens:
+        from mla_core.units import token_ticks
+
+        values, labels = token_ticks(*x_tokens)
+        if values:
+            fig.update_xaxes(tickvals=values, ticktext=labels)
     if height:
-        layout.height = height
+        fig.update_layout(height=height)
     return fig
 
 
-def show(fig, name: str, key: str | None = None) -> None:
+def show(fig: Figure, name: str, key: str | None = None) -> None:
     """Draw a figure with Plotly's PNG download (modebar camera) named after the chart."""
     config = {
         "displaylogo": False,
         "toImageButtonOptions": {"format": "png", "filename": f"mla-explorer-{name}", "scale": 2},
     }
-    st.plotly_chart(fig, config=config, theme="streamlit", key=key)
+    st.plotly_chart(fig.to_plotly() if isinstance(fig, Figure) else fig, config=config, theme="streamlit", key=key)
 
 
 PRESENTATION_CSS = """

@@ -19,6 +19,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from mla_core import presets as _presets
+
 # Benchmark kernel name -> the variant label the charts use (same colour as the analytic point).
 DECODE_KERNELS = {
     "mha_decode": "MHA",
@@ -29,7 +31,7 @@ DECODE_KERNELS = {
 }
 MAX_RESULTS = 2000  # the schema's own limit; anything past it is ignored
 MAX_SAMPLE_BYTES = 4 << 20
-SAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "samples")
+SAMPLES_DIR = os.path.join(_presets.DATA_DIR, "samples")  # the checkout's data/, or an installed copy's
 
 
 @dataclass(frozen=True)

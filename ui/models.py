@@ -7,7 +7,8 @@ from mla_core.config import parse_config
 from mla_core.errors import MLAError
 from mla_core.hardware import GPU, custom_gpu
 from mla_core.presets import gpu_entries, load_gpu, load_model, model_entries
-from mla_core.spec import ModelSpec, synthetic_model
+from mla_core.config import synthetic_model
+from mla_core.spec import ModelSpec
 from mla_core.views import kv_dtype_for  # noqa: F401  (the pages' import; the rule is the core's)
 
 from . import params
@@ -54,8 +55,9 @@ def gpu_labels() -> dict[str, str]:
 @st.cache_resource(show_spinner=False)
 def _from_config(encoded: str) -> ModelSpec:
     cfg = params.decode_config(encoded)
-    name = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
-    return parse_config(cfg, name=(name or "uploaded config")[:80])
+    name = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) and cfg["_name_or_path"].strip() else None
+    # Its own name, or the file name the upload gave it (pages/kv_cache.py); else its model_type.
+    return parse_config(cfg, name=name[:80] if name else None)
 
 
 def custom_model(v: dict) -> ModelSpec:

@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mla_core.config import FIELD_ALIASES
+from mla_core.config import FIELD_ALIASES, FIELDS_READ
 from mla_core.config import MAX_CONFIG_BYTES, TEXT_CONFIG_INHERITED, parse_config
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
@@ -22,23 +22,15 @@ from mla_core.units import KV_DTYPES, WEIGHT_DTYPES
 from mla_core.whatif import MAX_WHAT_IF_LAYERS, MAX_WHAT_IF_WIDTH, WHAT_IF_FIELDS
 
 MAX_PARAM_CHARS = 8192  # a query value longer than this is refused outright
-MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text
+MAX_CONFIG_BYTES_UI = MAX_CONFIG_BYTES  # pasted config text (1 MiB, the core's limit)
+# The paste box takes up to 4x that, so that an oversized paste reaches the server and is told
+# its size (the browser would otherwise cut it at the limit without a word).
+MAX_PASTE_CHARS = 4 * MAX_CONFIG_BYTES
 MAX_UI_CONTEXT = 10**15  # exact in a browser (below 2**53)
 MAX_UI_BATCH = 10**6  # the sidebar's batch input goes this far
 CUSTOM = "custom"  # model set by hand on the KV page
 UPLOAD = "upload"  # model from an uploaded or pasted config.json (kept in the `config` parameter)
-CONFIG_FIELDS = (
-    "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
-    "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "num_experts", "num_local_experts",
-    "num_experts_per_tok", "experts_per_token", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
-    "mlp_only_layers", "shared_expert_intermediate_size", "vocab_size", "tie_word_embeddings", "torch_dtype", "dtype",
-    "sliding_window", "sliding_window_pattern", "use_sliding_window", "max_window_layers", "layer_types",
-    "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
-    "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
-    "max_position_embeddings",
-    *(alias for names in FIELD_ALIASES.values() for alias in names),
-)
+CONFIG_FIELDS = (*FIELDS_READ, *(alias for names in FIELD_ALIASES.values() for alias in names))
 
 
 def _short(text: str) -> str:
@@ -130,7 +122,7 @@ def slim_config(cfg: dict) -> dict:
     slim = {k: src[k] for k in CONFIG_FIELDS if k in src}
     qc = src.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("quant_method"), str):
-        slim["quantization_config"] = {"quant_method": qc["quant_method"]}
+        slim["quantization_config"] = {k: qc[k] for k in ("quant_method", "modules_to_not_convert") if k in qc}
     return slim
 
 
@@ -216,6 +208,17 @@ _P = [
     Param("mla_path", "absorbed", choice_parser("mla_path", ("absorbed", "recompute", "expanded"))),
     Param("peak_tflops", 0.0, float_parser("peak_tflops", 0, 1e6),
           "typed dense bf16 peak (TFLOP/s) for a GPU with none published (Apple); 0: none"),
+    # serving plan (the CLI's `plan` flags; 0 = not set for the SLOs and the price)
+    Param("gpus_per_node", 8, int_parser("gpus_per_node", 1, 4096)),
+    Param("input_len", 4096, int_parser("input_len", 1, 10**7)),
+    Param("output_len", 1024, int_parser("output_len", 1, 10**7)),
+    Param("prefix_hit", 0.0, float_parser("prefix_hit", 0, 0.99)),
+    Param("spec_tokens", 0, int_parser("spec_tokens", 0, 16)),
+    Param("acceptance", 0.0, float_parser("acceptance", 0, 0.99)),
+    Param("ttft_ms", 2000.0, float_parser("ttft_ms", 0, 1e9), "0: no TTFT objective"),
+    Param("tpot_ms", 50.0, float_parser("tpot_ms", 0, 1e9), "0: no TPOT objective"),
+    Param("usd_per_gpu_hour", 0.0, float_parser("usd_per_gpu_hour", 0, 1e6), "0: no price (none is built in)"),
+    Param("internode_gbps", 400.0, float_parser("internode_gbps", 1e-3, 1e7, exclusive_lo=False)),
     # published-figures filters
     Param("claims_topic", [], list_parser("claims_topic", _claims_field("topic"))),
     Param("claims_verdict", [], list_parser("claims_verdict", lambda: ["differs", "reproduced"])),
@@ -236,7 +239,7 @@ SESSION_KEYS = (
     "_bench_device", "_bench_dtype", "_bench_quick", "_bench_batch", "_bench_context", "_bench_heads", "_bench_gqa",
     "_bench_kernels", "_bench_reps", "_bench_stream_mib", "_bench_matmul_n", "_bench_budget_s", "_bench_label",
     "_bench_show", "_bench_compare", "_bench_cmp_by_shape", "_bench_cmp_metric", "_bench_selected",
-    "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model",
+    "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model", "_bench_cmp_disturbed",
 )
 _P += [Param(key, None, str, "session only", url=False) for key in SESSION_KEYS]
 PARAMS: dict[str, Param] = {p.key: p for p in _P}

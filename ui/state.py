@@ -7,6 +7,8 @@
   re-assigned to itself, because Streamlit drops a widget's key when a page does not draw it.
 - `sync_url()` (end of app.py, every run): the URL gets what differs from the defaults, so a
   copied link reopens the same view.
+- Every run is counted for the benchmark (ui.bench_runs.note_rerun): other sessions' reruns
+  during a run are evidence that it was disturbed.
 Widgets use the parameter names as keys and no `value=` (the state seeds them).
 """
 from __future__ import annotations
@@ -20,7 +22,18 @@ _INIT = "_ui_state_initialised"
 _WARNINGS = "_ui_link_warnings"
 
 
+def session_id() -> str | None:
+    """This Streamlit session's id (None outside a served or AppTest run)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
 def init() -> None:
+    from . import bench_runs
+
+    bench_runs.registry().note_rerun(session_id())
     ss = st.session_state
     if not ss.get(_INIT):
         values, warnings = params.parse_query(st.query_params.to_dict())
@@ -33,8 +46,9 @@ def init() -> None:
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
     else:
+        have = set(ss.keys())  # one look at the state (`key in ss` builds the filtered state every time)
         for key, p in params.PARAMS.items():
-            if key in ss:
+            if key in have:
                 ss[key] = ss[key]
             elif p.default is not None:
                 ss[key] = p.default

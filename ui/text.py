@@ -2,6 +2,7 @@
 message that quotes them) without it being rendered as Markdown, HTML, a link or an image."""
 from __future__ import annotations
 
+import os
 import re
 
 _MD_SPECIAL = set("\\`*_{}[]()#+-.!|<>~$&")
@@ -33,6 +34,38 @@ def warning(message, limit: int = 400) -> None:
     import streamlit as st
 
     st.warning(escape_md(message, limit))
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def display_path(path: str) -> str:
+    """A server-side path as the page may show it: relative to the project ('var/history.sqlite3'),
+    else to the home folder ('~/.local/share/mla-explorer/history.sqlite3'), else the file name
+    alone; never the server's absolute layout."""
+    full = os.path.abspath(str(path))
+    home = os.path.expanduser("~")
+    for base, prefix in ((_ROOT, ""), (home, "~/")):
+        if base and base != os.sep and full.startswith(base.rstrip(os.sep) + os.sep):
+            return prefix + os.path.relpath(full, base)
+    return os.path.basename(full)
+
+
+def hide_paths(text: str, *paths: str) -> str:
+    """`text` with the folder of each of `paths`, then the project and home folders, shown as
+    `display_path` shows them, for messages that quote a server path (a moved-aside
+    'history.sqlite3.corrupt-...' beside the store included)."""
+    text = str(text)
+    for path in paths:
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            shown = os.path.dirname(display_path(path))
+            if folder and folder != os.sep:
+                text = text.replace(folder + os.sep, shown + os.sep if shown else "")
+    for base, prefix in ((_ROOT, ""), (os.path.expanduser("~"), "~/")):
+        if base and base != os.sep:
+            text = text.replace(base.rstrip(os.sep) + os.sep, prefix)
+    return text
 
 
 def csv_text(rows: list[dict]) -> str:

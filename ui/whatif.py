@@ -15,7 +15,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mla_core.spec import ModelSpec
-from mla_core.units import format_tokens
+from mla_core.units import TOKEN_RULE, format_tokens, token_label
 from mla_core.whatif import (BATCH_STOPS, CONTEXT_STOPS, WHAT_IF_FIELDS, WhatIfPanel, nearest_stop,
                             what_if_panel)
 
@@ -88,11 +88,12 @@ def context_control() -> None:
     ss = st.session_state
     context = int(ss["context"])
     ss[CONTEXT_SLIDER] = nearest_stop(context, CONTEXT_STOPS)
-    st.select_slider("Context, tokens per sequence", CONTEXT_STOPS, key=CONTEXT_SLIDER,
+    st.select_slider("Context, on a log scale", CONTEXT_STOPS, key=CONTEXT_SLIDER,
                      on_change=_from_slider, args=("context", CONTEXT_SLIDER),
-                     format_func=lambda t: format_tokens(t).split()[0],
-                     help="Each step doubles (a log scale), then 2M, 4M and 10M; type any count below.")
-    st.number_input("Exact context (tokens)", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024, key="context",
+                     format_func=token_label,
+                     help="Each step doubles (a log scale), then 2M, 4M and 10M; type any count below. " + TOKEN_RULE)
+    st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
+                    key="context",
                     help="T: tokens held per sequence. Any whole number up to 10^15.")
     st.caption(f"T = **{context:,}** tokens ({format_tokens(context)})"
                + ("" if context in CONTEXT_STOPS else "; the slider shows the nearest stop"))
@@ -104,7 +105,7 @@ def batch_control() -> None:
     ss = st.session_state
     batch = int(ss["batch"])
     ss[BATCH_SLIDER] = nearest_stop(batch, BATCH_STOPS, "batch")
-    st.select_slider("Batch, sequences", BATCH_STOPS, key=BATCH_SLIDER, on_change=_from_slider,
+    st.select_slider("Batch, on a log scale", BATCH_STOPS, key=BATCH_SLIDER, on_change=_from_slider,
                      args=("batch", BATCH_SLIDER), format_func=lambda b: f"{b:,}",
                      help="Each step doubles; type any count below.")
-    st.number_input("Exact batch (sequences)", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
+    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")

@@ -3,7 +3,7 @@
 It measures this machine's ceilings (copy and read bandwidth, matmul throughput) and one decode
 step of MHA, GQA, MQA and MLA (absorbed and recompute) at the same batch B and context T, and
 sets each measurement beside the roofline time that mla_core's own formulas predict from the
-measured ceilings (MODEL.md, "Measuring on the local device").
+measured ceilings (docs/model.md, "Measuring on the local device").
 
 Python API (what the app's benchmark page uses; names are imported lazily, and only `run`,
 `device`, `timing` and `kernels` import torch):
@@ -17,20 +17,27 @@ Python API (what the app's benchmark page uses; names are imported lazily, and o
         config    BenchConfig, or a dict of its fields laid over default_config(device, quick)
         progress  progress(done: int, total: int, label: str), before each point and at the end
         cancel    threading.Event: the run stops at the next repetition, frees its tensors
-        wait      False: raise BenchBusy at once if another run holds the process lock;
+        wait      False: raise BenchBusy at once if another run holds the process lock or
+                  the machine's lock file (runlock: CLI and app share it);
                   True: wait for it; a number: wait that many seconds
+        source    'cli' | 'app' | 'api' (who runs it: lock file and history start rows)
     is_busy() -> bool                                a run holds the lock now
     validate_result(obj_or_bytes) -> dict            check an imported result (schema, 1 MiB cap)
     plan_points(config, dtype) -> list[dict]         every point with its estimated bytes
     BenchConfig, coerce_config, KERNELS
     history                                          local SQLite store of runs and imports:
         save_run(result, source='local'|'import', label=None) -> int, list_runs(),
-        get_run(id), delete_run(id), export_json(ids), export_csv(ids), pop_notices()
+        get_run(id), delete_run(id), export_json(ids), export_csv(ids), pop_notices(),
+        notices() / acknowledge_notice(id), interrupted_runs() / acknowledge_interrupted(id),
+        begin_run / end_run, writable(); StoreFull, StoreReadOnly
+    disturbance                                      assess(evidence, cpus, kind): the `disturbed`
+                                                     block every result carries; thresholds
+    runlock                                          machine_lock(source, wait), holder()
 
 Errors (all `mla_core.errors.MLAError`, one line): BenchError and its subclasses
 DeviceUnavailable, OversizeRequest (refused before any allocation: the planned peak exceeds 80%
 of free memory), OutOfMemory (raised mid-run; tensors freed, CUDA/MPS cache emptied),
-BenchBusy, BenchCancelled, InvalidResult.
+BenchBusy, BenchCancelled, InvalidResult, UntrustedRun (a run disturbed beyond trust: refused).
 
 Command line: `python -m mla_core bench [--device auto|cpu|cuda|mps] [--quick] [--dtype D]
 [--batch B[,B...]] [--context N[,N...]] [--heads H] [--kernels K,...] [--skip-oversize]

@@ -1,19 +1,30 @@
 """`python -m mla_core bench ...`: measure this device and write the result JSON.
 
-    python -m mla_core bench [--device auto|cpu|cuda|mps] [--quick] [--dtype auto|fp32|bf16|fp16]
+    python -m mla_core bench [--model PRESET | --config PATH] [--device auto|cpu|cuda|mps] [--quick]
+        [--dtype auto|fp32|bf16|fp16]
         [--batch B[,B...]] [--context N[,N...]] [--heads H] [--gqa-groups G]
         [--kernels K[,K...]] [--reps R] [--budget-s S] [--stream-bytes SIZE] [--matmul-n N]
         [--flush-bytes SIZE] [--threads N] [--skip-oversize] [--seed S] [--out FILE.json]
-        [--json] [--progress | --no-progress] [--save [--label TEXT]]
+        [--json] [--progress | --no-progress] [--wait] [--save [--label TEXT]]
     python -m mla_core bench --validate FILE.json
+    torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
+    python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.bench.engines)
+
+The decode kernels run the attention shape of `--model` (default DeepSeek-V3) or `--config`,
+scaled down in batch and context (never in heads or widths) to fit the device, and the result
+says so (`mla_core.bench.run.default_config`).
 
 A list of batches and contexts is a sweep (every decode kernel at every (B, T)); contexts take
 K and M suffixes (4K = 4096, 128K = 131072). The table goes to stdout (or the JSON with
 `--json`), a progress bar to stderr when it is a terminal. Bad requests exit with status 2 and
 one line on stderr: unknown flags or values, an unavailable device, shapes that would not fit
 in 80% of the device's free memory (refused before allocating), out-of-memory during the run,
-an unwritable --out, a run stopped by SIGTERM (e.g. `timeout`; its memory is freed first).
-Ctrl-C exits 130 after freeing the run's memory.
+an unwritable --out, a run stopped by SIGTERM (e.g. `timeout`; its memory is freed first),
+another benchmark running on this machine (without --wait; the lock file beside the history is
+shared with the app), a run disturbed beyond trust (mla_core.bench.disturbance), a result that
+could not be saved (--save: disk full, read-only store; the table is printed and --out written
+first). A disturbed run is kept and says so on stderr. Ctrl-C exits 130 after freeing the run's
+memory.
 """
 from __future__ import annotations
 
@@ -138,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per step; a list makes a sweep")
     p.add_argument("--context", "--contexts", dest="contexts", type=_int_list("--context", MAX_CONTEXT, True),
                    metavar="N[,N...]", help="tokens cached per sequence (4K = 4096); a list makes a sweep")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="PRESET",
+                     help="the model whose attention shape is measured (default deepseek-v3; "
+                          "`python -m mla_core presets` lists them): n_h, KV heads, d_h, d_c, d_r, d_nope, d_v")
+    src.add_argument("--config", metavar="PATH", help="a Hugging Face config.json instead of a preset")
     p.add_argument("--heads", type=_int("--heads", 1, MAX_HEADS), help="query heads n_h of every decode kernel")
     p.add_argument("--gqa-groups", type=_int("--gqa-groups", 1, MAX_HEADS), help="KV heads of gqa_decode (default 8)")
     p.add_argument("--kernels", type=_kernels, metavar="K[,K...]", help=f"a subset of {','.join(KERNELS)}")
@@ -160,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
     bar.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--wait", action="store_true",
+                   help="when another benchmark runs on this machine (command line or app), wait for it instead "
+                        "of refusing to start")
     p.add_argument("--save", action="store_true", help="also save the run in the local history (SQLite)")
     p.add_argument("--label", help="label of the saved run (with --save)")
     p.add_argument("--validate", metavar="FILE.json", help="check a result file against the schema and exit")
@@ -195,6 +214,14 @@ class _Bar:
 def main(argv: list[str] | None = None) -> int:
     """Entry point (mla_core.cli dispatches `bench` here). Returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "collectives":  # torch.distributed under torchrun: mla_core.bench.collectives
+        from .collectives import main as collectives_main
+
+        return collectives_main(argv[1:])
+    if argv and argv[0] == "import":  # engine benchmark results: mla_core.bench.engines
+        from .engines import main as import_main
+
+        return import_main(argv[1:])
     bar = _Bar(sys.stderr, False)
     try:
         args = build_parser().parse_args(argv)
@@ -216,21 +243,31 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:  # torch missing or broken: the analytic commands still work
             raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
 
-        config = default_config(args.device, args.quick, **overrides)
+        model = args.model
+        if args.config:
+            from ..config import load_config
+
+            model = load_config(args.config)
+        config = default_config(args.device, args.quick, model=model, **overrides)
+        _report_history()
         bar.enabled = sys.stderr.isatty() if args.progress is None else args.progress
         cancel = threading.Event()
         with _cancel_on_sigterm(cancel):  # `timeout` and job schedulers stop us cleanly
-            result = run_benchmark(config, progress=bar, cancel=cancel)
+            result = run_benchmark(config, progress=bar, cancel=cancel, wait=bool(args.wait), source="cli")
         bar.clear()
         if args.out:
             _write_json(args.out, result)
+        save_error = None
         if args.save:
             from . import history
 
-            run_id = history.save_run(result, source="local", label=args.label)
+            try:
+                run_id = history.save_run(result, source="local", label=args.label)
+                print(f"saved as run {run_id} in {history.default_path()}", file=sys.stderr)
+            except MLAError as e:  # the measurement is not lost: it is printed (and in --out)
+                save_error = e
             for notice in history.pop_notices():
                 print(f"{PROG}: note: {notice}", file=sys.stderr)
-            print(f"saved as run {run_id} in {history.default_path()}", file=sys.stderr)
         out = json.dumps(result, indent=2) if args.json else render_table(result)
         try:
             print(out)
@@ -239,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             pass
+        block = result.get("disturbed") or {}
+        if block.get("disturbed"):
+            print(_one_line(f"{PROG}: note: this run was disturbed: " + "; ".join(block.get("reasons") or [])),
+                  file=sys.stderr)
+        if save_error is not None:
+            kept = f" (the result is in {args.out})" if args.out else " (the result is printed above)"
+            print(_one_line(f"{PROG}: error: not saved: {save_error}") + kept, file=sys.stderr)
+            return 2
         return 0
     except _UsageError as e:
         bar.clear()
@@ -252,6 +297,26 @@ def main(argv: list[str] | None = None) -> int:
         bar.clear()
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def _report_history() -> None:
+    """Tell the user, before a run, what the history has to say: runs cut short by a process
+    that died, and notices (a corrupt store moved aside) not yet acknowledged."""
+    from . import history
+
+    try:
+        for r in history.interrupted_runs():
+            print(_one_line(f"{PROG}: note: a benchmark started {r['started_at']} ({r['source']}, pid {r['pid']}) "
+                            "never finished: its process died during the run; nothing of it was saved"),
+                  file=sys.stderr)
+            try:
+                history.acknowledge_interrupted(r["id"])
+            except MLAError:
+                pass
+        for n in history.notices():
+            print(_one_line(f"{PROG}: note: {n['text']}"), file=sys.stderr)
+    except MLAError:
+        pass  # an unreadable history is reported when the run is saved
 
 
 @contextlib.contextmanager
@@ -289,6 +354,12 @@ def _check_out(path: str) -> None:
         raise BenchError(f"--out: folder {folder} is not writable")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write_json(path: str, result: dict) -> None:
     """Write atomically: a temporary file in the same folder, then rename over `path`."""
     from .errors import BenchError
@@ -297,9 +368,11 @@ def _write_json(path: str, result: dict) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=folder)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2, allow_nan=False)
                 f.write("\n")
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -309,6 +382,20 @@ def _write_json(path: str, result: dict) -> None:
             raise
     except OSError as e:
         raise BenchError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _umask() -> int:
+    """The process umask: from /proc (no change of state), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _validate_file(path: str) -> int:
@@ -328,9 +415,13 @@ def _validate_file(path: str) -> int:
             raw = f.read(MAX_RESULT_BYTES + 1)
     except OSError as e:
         raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
-    data = validate_result(raw)
+    data = validate_result(raw, kind=None)  # any kind: kernels, collectives, engine
     name = "".join(ch if ch.isprintable() else "?" for ch in str(data["device"]["name"]))[:120]
-    print(f"{path}: valid result (schema_version {data['schema_version']}, {len(data['results'])} results, {name})")
+    kind = data.get("kind", "kernels")
+    count = len(data.get("results") or data.get("points") or [])
+    what = "results" if kind != "engine" else "points"
+    print(f"{path}: valid {'' if kind == 'kernels' else kind + ' '}result (schema_version {data['schema_version']}, "
+          f"{count} {what}, {name})")
     return 0
 
 
@@ -360,6 +451,10 @@ def render_table(result: dict) -> str:
              + (f"; other processes kept {d['other_cpus_busy']:.2f} CPUs busy" if d.get("other_cpus_busy") else ""),
              f"peak bound: {d['peak_bandwidth_GBps']:,.0f} GB/s, {d['peak_TFLOPs']:,.1f} TFLOP/s ({d['peak_source']})"]
     # "accuracy" = predicted / measured, as the app's benchmark page shows it (1 = at the roofline).
+    cfg = result.get("config") or {}
+    if cfg.get("model"):
+        lines.append(f"shape: {cfg['scaling']}" if cfg.get("scaling")
+                     else f"shape: {cfg['model']}'s attention shape, not scaled")
     header = ("kernel", "shape", "median", "best", "GB/s", "TFLOP/s", "predicted", "accuracy", "note")
     rows = []
     for r in result["results"]:

@@ -7,7 +7,7 @@ build, validate and cost a request without importing torch.
 The decode kernels' bytes and flops come from the analytic core, never from this package:
 `decode_bytes_flops` builds a one-layer synthetic `ModelSpec` of the same shape and asks
 `mla_core.kv.kv_cache_bytes` (the cache the step reads) and
-`mla_core.roofline.attention_flops_per_token_layer` (MODEL.md, "Decode step roofline").
+`mla_core.roofline.attention_flops_per_token_layer` (docs/model.md, "Decode step roofline").
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from ..kv import kv_cache_bytes
 from ..roofline import attention_flops_per_token_layer
-from ..spec import ModelSpec, synthetic_model
+from ..config import synthetic_model
+from ..spec import ModelSpec
 from .errors import BenchError
 
 KERNELS: tuple[str, ...] = (
@@ -82,10 +83,14 @@ class BenchConfig:
     skip_oversize: bool = False  # sweep: skip points that do not fit instead of refusing the run
     seed: int = 0  # torch.manual_seed for the random inputs
     threads: int | None = None  # CPU: torch.set_num_threads for the run (None: torch's default)
+    model: str | None = None  # the model whose attention shape this is (default_config(model=...))
+    target_batches: tuple[int, ...] = ()  # the model's batch and context asked for, before scaling
+    target_contexts: tuple[int, ...] = ()
+    scaling: str | None = None  # what was scaled down from the target, and why (None: not scaled)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("batches", "contexts", "kernels"):
+        for k in ("batches", "contexts", "kernels", "target_batches", "target_contexts"):
             d[k] = list(d[k])
         return d
 
@@ -120,7 +125,7 @@ def coerce_config(config=None, **overrides) -> BenchConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise BenchError(f"unknown benchmark setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    for k in ("batches", "contexts", "kernels"):
+    for k in ("batches", "contexts", "kernels", "target_batches", "target_contexts"):
         if k in data and isinstance(data[k], (list, tuple)):
             data[k] = tuple(data[k])
         elif k in data and isinstance(data[k], (int, str)) and not isinstance(data[k], bool):
@@ -168,6 +173,16 @@ def _check(c: BenchConfig) -> None:
         raise BenchError(f"budget_s must be a number of seconds in (0, 3600], got {_short(c.budget_s)}")
     if c.threads is not None:
         _check_int("threads", c.threads, 1, 4096)
+    for name in ("model", "scaling"):
+        v = getattr(c, name)
+        if v is not None and (not isinstance(v, str) or len(v) > (100 if name == "model" else 500)):
+            raise BenchError(f"{name} must be text of at most {100 if name == 'model' else 500} characters")
+    for name, hi in (("target_batches", MAX_BATCH), ("target_contexts", MAX_CONTEXT)):
+        vals = getattr(c, name)
+        if not isinstance(vals, tuple) or len(vals) > MAX_SHAPES:
+            raise BenchError(f"{name} must be a list of at most {MAX_SHAPES} whole numbers")
+        for v in vals:
+            _check_int(name, v, 1, hi)
     if not isinstance(c.kernels, tuple) or not c.kernels:
         raise BenchError("kernels must list at least one of " + ", ".join(KERNELS))
     for k in c.kernels:
@@ -178,6 +193,24 @@ def _check(c: BenchConfig) -> None:
 def _short(v) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def model_shapes(model: ModelSpec) -> dict:
+    """The BenchConfig fields of `model`'s attention shape (HF config names): heads = n_h,
+    gqa_groups = the model's KV heads when it is GQA, else the largest divisor of n_h up to 8
+    (`kv.default_gqa_groups`), head_dim = d_h (an MLA model's d_nope, the width its MHA/GQA/MQA
+    counterfactuals are costed at), and the MLA widths d_c, d_r, d_nope, d_v: the model's own
+    when it is MLA, else its MLA counterfactual (`spec.as_variant(model, "mla")`: DeepSeek-V2
+    Table 1's d_c = 4 d_h, d_r = d_h / 2). Per-token bytes and flops, hence every kernel's
+    arithmetic intensity, are those of the model; only batch and context are left to size."""
+    from ..kv import default_gqa_groups
+    from ..spec import as_variant
+
+    a = model.attention
+    mla = as_variant(model, "mla").attention
+    return {"heads": a.num_attention_heads, "gqa_groups": default_gqa_groups(model), "head_dim": a.head_dim,
+            "kv_lora_rank": mla.kv_lora_rank, "qk_rope_head_dim": mla.qk_rope_head_dim,
+            "qk_nope_head_dim": mla.qk_nope_head_dim, "v_head_dim": mla.v_head_dim}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +252,7 @@ def decode_bytes_flops(kernel: str, shape: dict, dtype: str) -> tuple[int, int]:
 
     bytes = `kv.kv_cache_bytes(model, T, B, dtype, "latent")`: the cache the step reads (MHA/GQA/
     MQA: K and V of n_kv heads; MLA: the latent d_c plus the shared RoPE key d_r). Queries,
-    outputs, the absorbed weights and intermediates are not counted (MODEL.md convention).
+    outputs, the absorbed weights and intermediates are not counted (docs/model.md convention).
     flops = B * T * `roofline.attention_flops_per_token_layer(model, path)`, path "absorbed" or
     "recompute" for MLA (the recompute adds the K/V up-projection of every cached token).
     """

@@ -5,7 +5,7 @@ Kinds: `cuda` (NVIDIA, and AMD through ROCm: torch exposes both as torch.cuda), 
 MPS: `torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()`; CPU:
 `MemAvailable` from /proc/meminfo, else `os.sysconf`.
 
-Peaks (MODEL.md, "Measuring on the local device": a result faster than the datasheet is a
+Peaks (docs/model.md, "Measuring on the local device": a result faster than the datasheet is a
 timing bug). A CUDA device's name is matched against the GPU presets (data/gpus.json through
 `mla_core.presets`); where a name could be several parts, the bound is the fastest of them, so
 that a real result is never called an error. Other devices get generous physical sanity bounds,

@@ -25,7 +25,12 @@ class OutOfMemory(BenchError):
 
 
 class BenchBusy(BenchError):
-    """Another benchmark holds this process's lock (one run at a time per process)."""
+    """Another benchmark holds the lock (one run at a time: this process's, and the machine's
+    lock file beside the history, mla_core.bench.runlock)."""
+
+
+class UntrustedRun(BenchError):
+    """The run finished but was disturbed beyond trust (mla_core.bench.disturbance); not kept."""
 
 
 class BenchCancelled(BenchError):

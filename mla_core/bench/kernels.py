@@ -4,7 +4,7 @@ Einsum letters: b batch, s query position (1 in decode), t cached token, h query
 g KV head (group), j query head within a group, d per-head width (d_h, d_nope or d_v),
 c latent (d_c), r decoupled RoPE key (d_r).
 
-Shapes (DeepSeek-V3 values; MODEL.md symbols):
+Shapes (DeepSeek-V3 values; docs/model.md symbols):
     SDPA decode     q [b, h, d]            K, V [b, g, t, d]           out [b, h, d]
     MLA decode      q_nope [b, s, h, d_nope]  q_pe [b, s, h, d_r]
                     kv (latent cache) [b, t, d_c=512]  pe (RoPE key cache) [b, t, d_r=64]

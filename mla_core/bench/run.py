@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,10 @@ from collections.abc import Callable
 import torch
 
 from . import device as _dev
+from . import disturbance as _disturbance
+from . import history as _history
 from . import kernels as _k
+from . import runlock as _runlock
 from . import timing as _timing
 from .config import (
     CEILING_KERNELS,
@@ -36,12 +40,12 @@ from .config import (
     sdpa_kv_heads,
     stream_elements,
 )
-from .errors import BenchBusy, BenchCancelled, BenchError, OutOfMemory, OversizeRequest
+from .errors import BenchBusy, BenchCancelled, BenchError, OutOfMemory, OversizeRequest, UntrustedRun
 from .schema import SCHEMA_VERSION
 
 _LOCK = threading.Lock()
 UNSTEADY = 1.5  # median / best above this: the result carries a note
-BUSY_CPUS = 0.25  # CPUs other processes kept busy during a CPU run above which the result says so
+BUSY_CPUS = _disturbance.BUSY_CPUS  # CPUs other processes kept busy during a CPU run above which it is disturbed
 
 Progress = Callable[[int, int, str], object]
 
@@ -54,70 +58,156 @@ def is_busy() -> bool:
 # ---------------------------------------------------------------------------------------------
 # Defaults and estimates.
 
+DEFAULT_MODEL = "deepseek-v3"
+# CPU runs are also sized by time: the heaviest decode point (the MLA recompute path, which
+# rebuilds n_h (d_nope + d_v) values per cached token) may cost at most this many flops a call,
+# about a second at the tens of GFLOP/s a few CPU cores reach. GPUs are sized by memory only.
+CPU_POINT_FLOPS = {True: 2e10, False: 1e11}  # quick, full
+
+
 def _defaults(dev: _dev.Device, quick: bool) -> dict:
     if dev.kind == "cpu":
         llc = dev.llc_bytes or 32 * MiB
         stream = min(max(4 * llc, 256 * MiB), 2 * GiB)
-        return dict(heads=16, gqa_groups=8, batches=(1,) if quick else (4,), contexts=(4096,) if quick else (8192,),
+        return dict(batches=(1,) if quick else (4,), contexts=(4096,) if quick else (8192,),
                     stream_bytes=stream - stream % MiB, matmul_n=1024 if quick else 2048, flush_bytes=0,
                     work_bytes=16 * MiB, warmup=1 if quick else 2, reps=25 if quick else 50,
                     min_reps=7 if quick else 10, budget_s=1.0 if quick else 3.0)
     l2 = dev.llc_bytes or 64 * MiB
     flush = max(4 * l2, 256 * MiB)
     if dev.kind == "mps":
-        return dict(heads=128, gqa_groups=8, batches=(2,) if quick else (8,), contexts=(2048,) if quick else (4096,),
+        return dict(batches=(2,) if quick else (8,), contexts=(2048,) if quick else (4096,),
                     stream_bytes=512 * MiB if quick else GiB, matmul_n=2048 if quick else 4096, flush_bytes=flush,
                     work_bytes=512 * MiB, warmup=2, reps=10 if quick else 20, min_reps=3,
                     budget_s=0.5 if quick else 2.0)
-    return dict(heads=128, gqa_groups=8, batches=(8,) if quick else (32,), contexts=(4096,) if quick else (8192,),
+    return dict(batches=(8,) if quick else (32,), contexts=(4096,) if quick else (8192,),
                 stream_bytes=max(GiB if quick else 2 * GiB, 16 * l2), matmul_n=4096 if quick else 8192,
                 flush_bytes=flush, work_bytes=2 * GiB, warmup=2 if quick else 3, reps=10 if quick else 30,
                 min_reps=3, budget_s=0.5 if quick else 2.0)
 
 
-def default_config(device: str = "auto", quick: bool = False, **overrides) -> BenchConfig:
-    """DeepSeek-V3 attention shapes sized to `device` and its free memory.
+def _model(model):
+    from ..spec import ModelSpec
 
-    GPUs: n_h 128 (d_c 512, d_r 64, d_nope 128, d_v 128; MHA/GQA/MQA d_h 128, GQA 8 groups),
-    B 32 x T 8192 (quick: 8 x 4096), 2 GiB bandwidth buffers (or 16x the L2), an L2 flush of
-    max(4x L2, 256 MiB). CPUs: n_h 16, B 4 x T 8192 (quick: 1 x 4096), fp32, bandwidth buffers
-    of 4x the last-level cache within [256 MiB, 2 GiB], no flush. Fields not given in
-    `overrides` shrink until each point fits half the free memory: the decode shapes by context,
-    then batch; the copy buffers, matmul and flush buffer by halves. Raises DeviceUnavailable /
-    BenchError.
+    if model is None:
+        model = DEFAULT_MODEL
+    if isinstance(model, str):
+        from ..presets import load_model
+
+        return load_model(model)
+    if not isinstance(model, ModelSpec):
+        raise BenchError(f"model must be a preset id or a ModelSpec, got {type(model).__name__}")
+    return model
+
+
+def _targets(name: str, value) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    vals = (value,) if isinstance(value, int) and not isinstance(value, bool) else tuple(value)
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise BenchError(f"{name} must be positive whole numbers, got {v!r}")
+    return vals
+
+
+def default_config(device: str = "auto", quick: bool = False, model=None, target_batch=None, target_context=None,
+                   **overrides) -> BenchConfig:
+    """The attention shape of `model` (a preset id or a ModelSpec; default DeepSeek-V3), sized to
+    `device`: `config.model_shapes(model)` (n_h, KV heads, d_h, d_c, d_r, d_nope, d_v) kept exactly,
+    so that every kernel's bytes and flops per token, and hence its arithmetic intensity, are the
+    model's; batch and context start at `target_batch` / `target_context` (the page passes the
+    sidebar's) or the device's defaults (GPUs B 32 x T 8192, quick 8 x 4096; CPUs 4 x 8192,
+    quick 1 x 4096) and are halved, batch first (down to 1), then context (down to 512), until each decode
+    point fits half the free memory and, on a CPU, its heaviest point costs at most
+    CPU_POINT_FLOPS a call. What was scaled, from what, and why, is `config.scaling` (None when
+    nothing was), which the result and the page state. Fields given in `overrides` are used as
+    given (the caller's own shapes are never shrunk: the run refuses or skips what does not fit).
+    Copy/read buffers 4x the CPU cache within [256 MiB, 2 GiB] (GPUs 2 GiB or 16x the L2), the
+    matmul and the L2 flush buffer (max(4x L2, 256 MiB)) shrink by halves to fit too.
+    Raises DeviceUnavailable / BenchError / MLAError (an unknown preset).
     """
+    from .config import DECODE_KERNELS, decode_bytes_flops, model_shapes
+
     kind = _dev.resolve_kind(device)
     dev = _dev.make_device(kind)
+    spec = _model(model)
     base = _defaults(dev, bool(quick))
+    base.update(model_shapes(spec), model=spec.name)
+    tb, tc = _targets("target_batch", target_batch), _targets("target_context", target_context)
+    if tb:
+        base["batches"] = tuple(sorted(set(tb)))
+    if tc:
+        base["contexts"] = tuple(sorted(set(tc)))
+    base.update(target_batches=base["batches"], target_contexts=base["contexts"])
     for k in overrides:
         base.pop(k, None)
     if "reps" in overrides and "min_reps" not in overrides and isinstance(overrides["reps"], int):
         base["min_reps"] = max(1, min(base["min_reps"], overrides["reps"]))
     cfg = coerce_config(BenchConfig(**base), device=device, quick=bool(quick), **overrides)
+    if ("batches" in overrides or "contexts" in overrides) and not (
+            "target_batches" in overrides or "target_contexts" in overrides):
+        cfg = coerce_config(cfg, target_batches=cfg.batches, target_contexts=cfg.contexts)
     dtype = _dev.resolve_dtype(kind, cfg.dtype)
     free = _dev.free_memory_bytes(dev)
-    if free is None:
-        return cfg
-    budget = free // 2
+    budget = None if free is None else free // 2
+    flop_cap = CPU_POINT_FLOPS[bool(quick)] if kind == "cpu" else None
 
     def biggest(kernels) -> int:
         sizes = [p["estimated_bytes"] for p in plan_points(cfg, dtype) if p["kernel"] in kernels]
         return max(sizes, default=0) + cfg.flush_bytes
 
+    def heaviest() -> tuple[float, str]:
+        pts = [(decode_bytes_flops(p["kernel"], p["shape"], dtype)[1], p["kernel"]) for p in plan_points(cfg, dtype)
+               if p["kernel"] in DECODE_KERNELS]
+        return max(pts, default=(0.0, ""))
+
+    why: set[str] = set()
     for _ in range(64):
-        if biggest(SDPA_KERNELS + MLA_KERNELS) <= budget:
+        over_mem = budget is not None and biggest(SDPA_KERNELS + MLA_KERNELS) > budget
+        flops, kernel = heaviest()
+        over_time = flop_cap is not None and flops > flop_cap
+        if not (over_mem or over_time):
             break
-        if "contexts" not in overrides and max(cfg.contexts) > 512:
-            cfg = coerce_config(cfg, contexts=tuple(sorted({max(512, t // 2) for t in cfg.contexts})))
-        elif "batches" not in overrides and max(cfg.batches) > 1:
+        # Batch first: a decode step's cost is per cached token, and a long context is what the
+        # model is for (and what the cache hierarchy sees); then the context, down to 512.
+        if "batches" not in overrides and max(cfg.batches) > 1:
             cfg = coerce_config(cfg, batches=tuple(sorted({max(1, b // 2) for b in cfg.batches})))
+        elif "contexts" not in overrides and max(cfg.contexts) > 512:
+            cfg = coerce_config(cfg, contexts=tuple(sorted({max(512, t // 2) for t in cfg.contexts})))
         else:
             break  # the caller's own shapes: the run refuses or skips them (skip_oversize)
-    for field, kernels, floor in (("stream_bytes", ("copy",), 64 * MiB), ("matmul_n", ("matmul",), 512),
-                                  ("flush_bytes", ("copy",), 64 * MiB)):
-        while field not in overrides and getattr(cfg, field) > floor and biggest(kernels) > budget:
-            cfg = coerce_config(cfg, **{field: getattr(cfg, field) // 2})
-    return cfg
+        why.add(f"half of the {_gib(free)} free memory" if over_mem else
+                f"the CPU time budget of {flop_cap / 1e9:g} GFLOP a call for its heaviest point ({kernel})")
+    if budget is not None:
+        for field, kernels, floor in (("stream_bytes", ("copy",), 64 * MiB), ("matmul_n", ("matmul",), 512),
+                                      ("flush_bytes", ("copy",), 64 * MiB)):
+            while field not in overrides and getattr(cfg, field) > floor and biggest(kernels) > budget:
+                cfg = coerce_config(cfg, **{field: getattr(cfg, field) // 2})
+    if "scaling" in overrides:
+        return cfg
+    return coerce_config(cfg, scaling=scaling_text(cfg, cfg.model or spec.name, sorted(why)))
+
+
+def scaling_text(cfg: BenchConfig, model_name: str, reasons: list[str]) -> str | None:
+    """'<model>'s attention shape (n_h ..., ...) at B=.. T=.. instead of B=.. T=..: context
+    scaled by 1/16 to fit ...' or None when batch and context are the target's."""
+    if cfg.batches == cfg.target_batches and cfg.contexts == cfg.target_contexts:
+        return None
+    parts = []
+    for name, got, want in (("context", cfg.contexts, cfg.target_contexts), ("batch", cfg.batches, cfg.target_batches)):
+        if got != want:
+            parts.append(f"{name} scaled by 1/{max(want) / max(got):g}" if max(got) else name)
+    shape = (f"n_h {cfg.heads}, d_c {cfg.kv_lora_rank}, d_r {cfg.qk_rope_head_dim}, d_nope {cfg.qk_nope_head_dim}, "
+             f"d_v {cfg.v_head_dim}; GQA {cfg.gqa_groups} KV heads, d_h {cfg.head_dim}")
+    text = (f"{model_name}'s attention shape ({shape}) measured at B={_list(cfg.batches)} T={_list(cfg.contexts)} "
+            f"instead of B={_list(cfg.target_batches)} T={_list(cfg.target_contexts)}: {' and '.join(parts)} to fit "
+            f"{' and '.join(reasons) or 'the run settings'}; per-token bytes and flops are the model's, so the roofline "
+            "points keep its arithmetic intensity")
+    return text[:500]
+
+
+def _list(vals) -> str:
+    return ",".join(f"{v:,}" for v in vals)
 
 
 def resolve_config(config=None) -> BenchConfig:
@@ -136,7 +226,15 @@ def resolve_config(config=None) -> BenchConfig:
         raise BenchError(f"quick must be true or false, got {quick!r}")
     if not isinstance(device, str):
         raise BenchError(f"device must be one of auto, cpu, cuda, mps; got {device!r}")
-    return default_config(device, quick, **data)
+    name = data.pop("model", None)  # BenchConfig's `model` names the shape: kept as given, not loaded
+    if name is not None and not isinstance(name, str):
+        raise BenchError(f"model must be text, got {name!r}")
+    cfg = default_config(device, quick, **data)
+    if name is not None and name != cfg.model:
+        cfg = coerce_config(cfg, model=name)
+        if "scaling" not in data:
+            cfg = coerce_config(cfg, scaling=scaling_text(cfg, name, []))
+    return cfg
 
 
 def estimate_bytes(config=None) -> int:
@@ -151,20 +249,26 @@ def estimate_bytes(config=None) -> int:
 # The run.
 
 def run_benchmark(config=None, progress: Progress | None = None, cancel: threading.Event | None = None, *,
-                  wait: bool | float = False) -> dict:
+                  wait: bool | float = False, source: str = "api") -> dict:
     """Measure this device; return the result dict (`mla_core.bench` docstring: JSON format).
 
     `config`: a BenchConfig, or a dict of BenchConfig fields laid over `default_config`.
     `progress(done, total, label)` is called before each point and once at the end.
     `cancel`: a threading.Event; when set, the run stops at the next repetition.
-    `wait`: False (default) raises BenchBusy at once if another run holds the lock; True waits;
-    a number waits that many seconds.
+    `wait`: False (default) raises BenchBusy at once if another run holds the lock (this
+    process's, or the machine's lock file beside the history: CLI and app runs exclude each
+    other, mla_core.bench.runlock); True waits; a number waits that many seconds.
+    `source`: 'cli', 'app' or 'api', recorded in the lock file and the history's start rows (a
+    run whose process dies is reported at the next start: history.interrupted_runs()).
+    The result carries `disturbed` (mla_core.bench.disturbance): the evidence of other work
+    during the run, the bandwidth and matmul ceilings measured again at its end among it.
     Raises (all BenchError, one line): DeviceUnavailable, OversizeRequest (before allocating
-    anything), OutOfMemory, BenchCancelled, BenchBusy.
+    anything), OutOfMemory, BenchCancelled, BenchBusy, UntrustedRun (disturbed beyond trust).
     """
     cfg = resolve_config(config)
     if not (wait is None or isinstance(wait, (bool, int, float))):
         raise BenchError(f"wait must be True, False or a number of seconds, got {wait!r}")
+    t0 = time.monotonic()
     if wait is True:
         got = _LOCK.acquire()
     elif wait is False or wait is None:
@@ -174,7 +278,30 @@ def run_benchmark(config=None, progress: Progress | None = None, cancel: threadi
     if not got:
         raise BenchBusy("another benchmark is running in this process; wait for it to finish or cancel it")
     try:
-        return _run_locked(cfg, progress, cancel)
+        left = bool(wait) if isinstance(wait, bool) or wait is None else max(0.0, float(wait) - (time.monotonic() - t0))
+        # One run on the whole machine: the command line and every app server share this lock.
+        with _runlock.machine_lock(source=source, wait=left, cancel=cancel):
+            start = _history.begin_run(source, f"{cfg.device} {'quick ' if cfg.quick else ''}benchmark, "
+                                               f"{len(cfg.kernels)} kernels")
+            outcome = "failed"
+            try:
+                result = _run_locked(cfg, progress, cancel)
+                refused = (result.get("disturbed") or {}).get("refused")
+                if refused:
+                    outcome = f"refused: {refused}"
+                    raise UntrustedRun(f"run refused, its numbers cannot be trusted: {refused}")
+                outcome = "measured"
+                return result
+            except UntrustedRun:
+                raise
+            except BenchCancelled:
+                outcome = "cancelled"
+                raise
+            except BaseException as e:
+                outcome = f"failed: {_one_line(e)}"
+                raise
+            finally:
+                _history.end_run(start, outcome)
     finally:
         _LOCK.release()
 
@@ -245,6 +372,7 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
     finally:
         gc.collect()
         _dev.empty_cache(dev)
+        _release_heap()
         if old_threads is not None:
             torch.set_num_threads(old_threads)
     if failure is not None:
@@ -264,10 +392,17 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
     others = _dev.other_cpus_busy(snap0, _dev.cpu_snapshot())
     info["other_cpus_busy"] = others
     notes = list(out["notes"])
+    if cfg.scaling:
+        notes.insert(0, f"scaled: {cfg.scaling}")
+    elif cfg.model:
+        notes.insert(0, f"{cfg.model}'s attention shape at the batch and context asked for, not scaled")
     cpus = _dev._logical_cpus()
     if kind == "cpu" and others is not None and others > BUSY_CPUS:
         notes.append(f"other processes kept {others:.2f} of the {cpus} CPUs busy during the run: multi-threaded "
                      "kernels waited for them, so these timings understate the machine")
+    disturbed = _disturbance.assess({"other_cpus_busy": others, "load_avg_1min_before": load_before,
+                                     "load_avg_1min_after": _dev._load_avg(),
+                                     "ceiling_repeats": out.get("ceiling_repeats") or None}, cpus, kind)
     if kind == "cpu":
         notes.append("CPU: no cache flush between repetitions; a decode working set smaller than the last-level "
                      "cache may run from cache")
@@ -285,7 +420,22 @@ def _run_locked(cfg: BenchConfig, progress: Progress | None, cancel) -> dict:
         "skipped": skipped,
         "timing_errors": out["timing_errors"],
         "notes": notes,
+        "disturbed": disturbed,
     }
+
+
+def _release_heap() -> None:
+    """Hand the run's freed heap back to the operating system. glibc keeps freed blocks in the
+    arena of the thread that used them (each app run has its own thread) until malloc_trim: an
+    app server otherwise grew by 25-80 MiB over 10 runs (benchmarks/served.py). No-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        pass
 
 
 def _classify(e: BaseException):
@@ -389,9 +539,39 @@ def _execute(cfg: BenchConfig, dev: _dev.Device, dtype: str, plan: list[dict], p
             emit(r)
         _dev.empty_cache(dev)
         i += len(group)
+    repeats = _repeat_ceilings(stream, plan, results, cfg, dev, dtype, tdtype, gen, timed, cancel,
+                               (lambda label: progress(total, total, label)) if progress is not None else None)
     if progress is not None:
         progress(total, total, "done")
-    return {"results": results, "timing_errors": timing_errors, "ceilings": ceilings, "notes": notes}
+    return {"results": results, "timing_errors": timing_errors, "ceilings": ceilings, "notes": notes,
+            "ceiling_repeats": repeats}
+
+
+def _repeat_ceilings(stream, plan, results, cfg, dev, dtype, tdtype, gen, timed, cancel, say) -> dict:
+    """The bandwidth and matmul ceilings measured again after the decode points: their spread
+    is the run's noise check (mla_core.bench.disturbance). {name: [first, again]}."""
+    def check(_j=None):
+        if cancel is not None and cancel.is_set():
+            raise BenchCancelled("benchmark cancelled")
+
+    first = {r["kernel"]: r for r in results if r["kernel"] in CEILING_KERNELS}
+    out: dict = {}
+    if stream:
+        if say is not None:
+            say("bandwidth again (noise check)")
+        for r in _run_stream(stream, cfg, dev, dtype, tdtype, timed, [], check):
+            if r["kernel"] in first and _timing_error(r, dev, dtype) is None:
+                out[f"{r['kernel']}_GBps"] = [first[r["kernel"]]["achieved_GBps"], r["achieved_GBps"]]
+        _dev.empty_cache(dev)
+    if "matmul" in first and any(p["kernel"] == "matmul" for p in plan):
+        if say is not None:
+            say("matmul again (noise check)")
+        check()
+        r = _run_matmul(cfg, dev, dtype, tdtype, gen, timed)
+        if _timing_error(r, dev, dtype) is None:
+            out["matmul_TFLOPs"] = [first["matmul"]["achieved_TFLOPs"], r["achieved_TFLOPs"]]
+        _dev.empty_cache(dev)
+    return out
 
 
 def _make_flush(nbytes: int, dev: _dev.Device):

@@ -1,7 +1,10 @@
 """Check a result JSON (one this package wrote, or one a user imports) against its schema.
 
-The schema is `result.schema.json` beside this file (JSON Schema 2020-12, checked with the
-`jsonschema` library). On top of it: at most 1 MiB, no NaN or Infinity anywhere (JSON has
+Three kinds of result share this check, the history and schema_version 1, told apart by the
+top-level `kind` field: "kernels" (the default when absent: the kernel benchmark,
+`result.schema.json`), "collectives" (`collectives.schema.json`, torch.distributed bandwidth)
+and "engine" (`engine.schema.json`, an imported vLLM / SGLang benchmark). The schemas are
+beside this file (JSON Schema 2020-12, checked with the `jsonschema` library). On top of it: at most 1 MiB, no NaN or Infinity anywhere (JSON has
 none; Python's json module would accept them), `min_s <= median_s`. No torch here.
 """
 from __future__ import annotations
@@ -14,26 +17,34 @@ from .errors import InvalidResult
 
 SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 1 << 20  # 1 MiB: a 64-point sweep of every kernel is ~250 KiB
-SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "result.schema.json")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEMA_PATH = os.path.join(_HERE, "result.schema.json")
+KINDS = ("kernels", "collectives", "engine")
+SCHEMA_PATHS = {"kernels": SCHEMA_PATH, "collectives": os.path.join(_HERE, "collectives.schema.json"),
+                "engine": os.path.join(_HERE, "engine.schema.json")}
 
-_validator = None
+_validators: dict = {}
 
 
-def result_schema() -> dict:
-    """The result JSON Schema as a dict (a fresh copy)."""
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
+def result_schema(kind: str = "kernels") -> dict:
+    """The JSON Schema of a result kind as a dict (a fresh copy)."""
+    with open(SCHEMA_PATHS[kind], encoding="utf-8") as f:
         return json.load(f)
 
 
-def _get_validator():
-    global _validator
-    if _validator is None:
+def result_kind(data) -> str:
+    """The kind of a result dict: its `kind` field, "kernels" when absent."""
+    return data.get("kind", "kernels") if isinstance(data, dict) else "kernels"
+
+
+def _get_validator(kind: str = "kernels"):
+    if kind not in _validators:
         from jsonschema import Draft202012Validator
 
-        schema = result_schema()
+        schema = result_schema(kind)
         Draft202012Validator.check_schema(schema)
-        _validator = Draft202012Validator(schema)
-    return _validator
+        _validators[kind] = Draft202012Validator(schema)
+    return _validators[kind]
 
 
 def _reject_constant(name: str):
@@ -49,8 +60,11 @@ def _no_dupes(pairs):
     return out
 
 
-def validate_result(obj) -> dict:
+def validate_result(obj, kind: str | None = "kernels") -> dict:
     """Return `obj` (a dict, or JSON text as str/bytes) as a checked result dict.
+
+    `kind`: the result kind required ("kernels", the default, what the kernel pages draw;
+    "collectives"; "engine"), or None for any of KINDS (the history stores all three).
 
     Raises InvalidResult (a BenchError; one line naming the first problem and where it is):
     over 1 MiB, not UTF-8, not JSON, NaN/Infinity, a negative or zero time, an unknown kernel,
@@ -88,10 +102,17 @@ def validate_result(obj) -> dict:
     if not isinstance(data, dict):
         raise InvalidResult(f"result JSON must be an object, got {type(data).__name__}")
     _check_finite(data, "$")
-    error = _first_error(data)
+    found = data.get("kind", "kernels")
+    if found not in KINDS:
+        raise InvalidResult(f"result JSON, kind: {str(found)[:40]!r} is not one of {', '.join(KINDS)}")
+    if kind is not None and found != kind:
+        where = {"collectives": "the Collectives section", "engine": "the Engine runs section",
+                 "kernels": "the kernel results"}.get(found, "its own section")
+        raise InvalidResult(f"this is a {found} result, not a {kind} result; import it in {where}")
+    error = _first_error(data, found)
     if error is not None:
         raise InvalidResult(error)
-    for i, r in enumerate(data["results"]):
+    for i, r in enumerate(data.get("results") or []):
         if r["min_s"] > r["median_s"]:
             raise InvalidResult(f"results[{i}]: min_s {r['min_s']:g} is above median_s {r['median_s']:g}")
     return data
@@ -119,10 +140,10 @@ def _check_finite(x, where: str, depth: int = 0) -> None:
             _check_finite(v, f"{where}[{i}]", depth + 1)
 
 
-def _first_error(data: dict) -> str | None:
+def _first_error(data: dict, kind: str = "kernels") -> str | None:
     from jsonschema.exceptions import best_match
 
-    errors = list(_get_validator().iter_errors(data))
+    errors = list(_get_validator(kind).iter_errors(data))
     if not errors:
         return None
     err = best_match(errors)

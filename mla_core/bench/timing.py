@@ -1,7 +1,7 @@
 """The one clock every measurement reads, and the repetition loop around it.
 
 CUDA and MPS run asynchronously: a clock read without a synchronise times the launch, not the
-work (MODEL.md, "Measuring on the local device"). `SyncClock` is the only place this package
+work (docs/model.md, "Measuring on the local device"). `SyncClock` is the only place this package
 reads time:
     cuda   torch.cuda.synchronize(); start event .record() ... end event .record();
            torch.cuda.synchronize(); start.elapsed_time(end)        (ROCm goes through torch.cuda)

@@ -1,0 +1,170 @@
+"""Launch commands for a serving plan's point: `vllm serve ...` and `python -m sglang.launch_server ...`.
+
+Each flag is spelled as the engine's own argument parser spells it. Checked against:
+  vLLM    vllm/engine/arg_utils.py (EngineArgs.add_cli_args, commit 99d7eb5d), vllm/config/cache.py
+          (CacheDType: auto, bfloat16, int8, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla;
+          BlockSize 1..256), vllm/config/speculative.py (method "mtp"), and
+          docs/serving/data_parallel_deployment.md (commit 01e4fce0: --data-parallel-size-local,
+          --data-parallel-address, --data-parallel-rpc-port, --headless, --data-parallel-start-rank);
+          the v0.10 to v0.12 line of releases.
+  SGLang  python/sglang/srt/server_args.py (commit 001067ff): --model-path, --tp-size, --dp-size,
+          --enable-dp-attention, --ep-size, --kv-cache-dtype (auto, fp8_e5m2, fp8_e4m3, mxfp8,
+          bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1), --context-length,
+          --max-running-requests, --mem-fraction-static, --page-size, --nnodes, --node-rank,
+          --dist-init-addr, --speculative-algorithm / --speculative-num-steps /
+          --speculative-eagle-topk / --speculative-num-draft-tokens, --trust-remote-code,
+          --mamba-ssm-dtype (float32, bfloat16, float16: the SSM state only).
+  vLLM    --mamba-cache-dtype (vllm/config/cache.py MambaDType: auto, float32, float16, bfloat16 in
+          the late-2025 releases; conv and SSM state together).
+A command is built with shlex.join, so it parses back (shlex.split) into the same arguments.
+A setting an engine cannot express (a KV dtype it lacks) gives None and a note, not a guess.
+"""
+from __future__ import annotations
+
+import shlex
+
+from .errors import MLAError
+from .spec import ModelSpec
+
+HEAD_ADDRESS = "HEAD_NODE_IP"  # placeholder for the first node's address in multi-node commands
+VLLM_RPC_PORT = 13345
+SGLANG_INIT_PORT = 20000
+
+# Our KV dtypes (mla_core.units.KV_DTYPES after `auto` is resolved) in each engine's spelling.
+VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+                  "fp8_ds_mla": "fp8_ds_mla"}
+SGLANG_KV_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+                    "fp4": "nvfp4"}
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# Our recurrent-state dtypes in the engines' spelling (vLLM --mamba-cache-dtype, SGLang --mamba-ssm-dtype).
+STATE_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def model_path_for(model: ModelSpec) -> str:
+    """The Hugging Face repo of a preset, else the model's name (an uploaded config's path)."""
+    from .presets import model_entries
+
+    try:
+        entry = model_entries().get(model.name)
+    except MLAError:
+        entry = None
+    return (entry or {}).get("hf_repo") or model.name
+
+
+def _engine_kv_dtype(model: ModelSpec, kv_dtype: str, table: dict) -> str | None:
+    """The engine's spelling, 'auto' when it is the model's own dtype, None when it has none."""
+    from .kv import resolve_kv_dtype
+
+    resolved = resolve_kv_dtype(model, kv_dtype)
+    if kv_dtype == "auto" or resolved == model.torch_dtype:
+        return "auto"
+    return table.get(resolved)
+
+
+def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None = None) -> dict:
+    """The vLLM and SGLang commands that start `point` (a `serving.Point`) of deployment `dep`.
+
+    The commands start one replica (a group of `tp` GPUs); a group spanning nodes gets the first
+    node's command with `HEAD_NODE_IP` to fill in. Returns `vllm_command`, `sglang_command` (str or
+    None), `replicas`, `nodes_per_replica`, `max_model_len`, `max_running_requests_per_engine`
+    and `notes` (tuple of str: what to do on the other nodes, what an engine cannot express)."""
+    from .capacity import default_block_size
+
+    path = model_path or model_path_for(model)
+    tp, dp, ep = point.tp, point.dp_attention, point.ep
+    # serving.check_deployment guarantees the layout: a group within one node, or whole nodes.
+    gpn = min(dep.gpus_per_node, tp)
+    nodes = tp // gpn
+    max_len = wl.input_len + wl.output_len
+    block = dep.block_size or default_block_size(model)
+    per_replica = max(1, point.batch_per_replica)
+    gmu = f"{dep.gpu_memory_utilization:g}"
+    notes = []
+    others = "node 1" if nodes == 2 else f"nodes 1 to {nodes - 1}"
+    if point.replicas > 1:
+        notes.append(f"start {point.replicas} replicas of {tp} GPUs each (one command per replica) "
+                     "behind a load balancer")
+    mtp = model.num_nextn_predict_layers > 0
+    k = wl.spec_tokens
+    # The recurrent state's dtype, when the plan set one and the model has recurrent layers.
+    state_flag = (STATE_DTYPE_NAMES[dep.state_dtype]
+                  if dep.state_dtype != "auto" and model.recurrent_layers else None)
+
+    # vLLM
+    vllm: list[str] | None = ["vllm", "serve", path]
+    if dp:
+        # Attention data parallel over the group, experts over DP x TP (EP with the flag).
+        vllm += ["--data-parallel-size", str(tp), "--tensor-parallel-size", "1"]
+        if nodes > 1:
+            vllm += ["--data-parallel-size-local", str(gpn), "--data-parallel-address", HEAD_ADDRESS,
+                     "--data-parallel-rpc-port", str(VLLM_RPC_PORT)]
+            notes.append(f"vLLM, {others}: the same command with --headless and "
+                         f"--data-parallel-start-rank {gpn}*NODE_RANK")
+        per_engine = -(-per_replica // tp)
+    else:
+        vllm += ["--tensor-parallel-size", str(tp)]
+        if nodes > 1:
+            vllm += ["--distributed-executor-backend", "ray"]
+            notes.append(f"vLLM: a TP group over {nodes} nodes runs on a Ray cluster (ray start on every node)")
+        per_engine = per_replica
+    if ep > 1:
+        vllm.append("--enable-expert-parallel")
+    vdtype = _engine_kv_dtype(model, dep.kv_dtype, VLLM_KV_DTYPES)
+    if vdtype is None:
+        notes.append(f"vLLM has no kv_cache_dtype for {dep.kv_dtype}: no vLLM command")
+        vllm = None
+    else:
+        vllm += ["--kv-cache-dtype", vdtype, "--max-model-len", str(max_len), "--max-num-seqs", str(per_engine),
+                 "--gpu-memory-utilization", gmu]
+        if block in VLLM_BLOCK_SIZES:
+            vllm += ["--block-size", str(block)]
+        if k:
+            if mtp:
+                vllm += ["--speculative-config", f'{{"method": "mtp", "num_speculative_tokens": {k}}}']
+            else:
+                notes.append("vLLM: speculative decoding without MTP layers needs a draft model "
+                             "(--speculative-config with its \"model\")")
+        if state_flag:
+            vllm += ["--mamba-cache-dtype", state_flag]
+        vllm.append("--trust-remote-code")
+
+    # SGLang: --tp-size is the whole group; DP-attention sets --dp-size to it.
+    sgl: list[str] | None = ["python", "-m", "sglang.launch_server", "--model-path", path, "--tp-size", str(tp)]
+    if dp:
+        sgl += ["--dp-size", str(tp), "--enable-dp-attention"]
+    if ep > 1:
+        sgl += ["--ep-size", str(ep)]
+    sdtype = _engine_kv_dtype(model, dep.kv_dtype, SGLANG_KV_DTYPES)
+    if sdtype is None:
+        notes.append(f"SGLang has no --kv-cache-dtype for {dep.kv_dtype}: no SGLang command")
+        sgl = None
+    else:
+        sgl += ["--kv-cache-dtype", sdtype, "--context-length", str(max_len),
+                "--max-running-requests", str(per_replica), "--mem-fraction-static", gmu, "--page-size", str(block)]
+        if k:
+            if mtp:
+                sgl += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
+                        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+            else:
+                notes.append("SGLang: speculative decoding without MTP layers needs a draft model "
+                             "(--speculative-draft-model-path)")
+        if state_flag:
+            sgl += ["--mamba-ssm-dtype", state_flag]
+            notes.append("SGLang's --mamba-ssm-dtype sets the SSM state only; its conv state keeps the model's dtype")
+        if nodes > 1:
+            sgl += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", f"{HEAD_ADDRESS}:{SGLANG_INIT_PORT}"]
+            notes.append(f"SGLang, {others}: the same command with --node-rank NODE_RANK")
+        sgl.append("--trust-remote-code")
+    if nodes > 1:
+        notes.append(f"replace {HEAD_ADDRESS} with the first node's address")
+    notes.append("SGLang's --mem-fraction-static counts weights and KV like vLLM's --gpu-memory-utilization; "
+                 "activations and graphs come out of the rest")
+    return {
+        "vllm_command": shlex.join(vllm) if vllm else None,
+        "sglang_command": shlex.join(sgl) if sgl else None,
+        "replicas": point.replicas,
+        "nodes_per_replica": nodes,
+        "max_model_len": max_len,
+        "max_running_requests_per_engine": per_engine if vllm else per_replica,
+        "notes": tuple(notes),
+    }

@@ -1,0 +1,422 @@
+"""Serving plan (mla_core.serving, mla_core.commands, `python -m mla_core plan`): hand-computed
+prefill flops, communication bytes and a frontier point; properties; the launch commands; the
+published figures under their bounds; bad input."""
+import dataclasses
+import json
+import math
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_cli import run, run_json
+from mla_core.errors import MLAError
+from mla_core.presets import load_gpu, load_model
+from mla_core.roofline import roofline
+from mla_core.serving import (Deployment, Workload, communication, evaluate, prefill_attention_pairs,
+                              prefill_work, published_checks, search)
+from mla_core.config import synthetic_model
+from mla_core.spec import LayerSpec
+
+V3 = load_model("deepseek-v3")
+H200 = load_gpu("h200")
+WL = Workload(input_len=4096, output_len=1024)
+
+
+# --- hand computations ------------------------------------------------------------------------------
+
+def test_prefill_pairs_and_flops_by_hand():
+    # DeepSeek-V3, 4,096 new tokens: 61 layers x 4096 * 4097 / 2 causal pairs; MLA prefill runs as MHA,
+    # 128 heads x (2 * (128 + 64) + 2 * 128) = 81,920 flops a pair.
+    assert prefill_attention_pairs(V3, 4096, 4096) == 61 * 8_390_656 == 511_830_016
+    pre = prefill_work(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL)
+    assert pre["new_tokens"] == 4096
+    assert pre["attention_flops"] == 511_830_016 * 81_920
+    # 2 flops a parameter a token: DeepSeek-V3 streams 36,625,603,584 parameters a token (k = 8 of 256 experts).
+    assert pre["flops"] == 2 * 36_625_603_584 * 4096 + 511_830_016 * 81_920
+    assert pre["flops_gpu"] == pytest.approx(pre["flops"] / 8)
+    # Half the prompt cached: 2,048 new tokens, each attending to the 2,048 cached ones too.
+    half = Workload(input_len=4096, output_len=1, prefix_hit=0.5)
+    assert half.new_prefill_tokens == 2048
+    assert prefill_attention_pairs(V3, 4096, 2048) == 61 * (2048 * 2049 // 2 + 2048 * 2048)
+
+
+def test_prefill_pairs_on_a_sliding_window():
+    # Window 4, 10 tokens: keys a query sees are 1, 2, 3, 4, 4, 4, 4, 4, 4, 4 = 34 a layer.
+    m = synthetic_model("gqa", layers=2, heads=8, kv_heads=2)
+    m = dataclasses.replace(m, layers=(LayerSpec("sliding", 4), LayerSpec()))
+    assert prefill_attention_pairs(m, 10, 10) == 34 + 55
+    # The last 3 tokens of 10: 4 + 4 + 4 on the sliding layer, 8 + 9 + 10 on the full one.
+    assert prefill_attention_pairs(m, 10, 3) == 12 + 27
+
+
+def test_tp_allreduce_bytes_by_hand():
+    # TP8, 64 tokens: two all-reduces a layer of 64 * 7168 * 2 B, 2 * 7/8 of it sent per GPU.
+    dep = Deployment(gpu=H200, num_gpus=8, tp=8)
+    c = communication(V3, dep, 64, 64)
+    assert c["allreduce_bytes"] == 2 * 61 * 2 * 7 / 8 * 64 * 7168 * 2 == 195_887_104
+    assert c["network_bytes"] == 0
+    assert c["time_s"] == pytest.approx(195_887_104 / 450e9)  # NVLink 4: 900 GB/s both ways, 450 each
+
+
+def test_ep_alltoall_bytes_by_hand():
+    # DP-attention 16 + EP16 over 2 nodes, 10 tokens on this GPU (160 in the group).
+    dep = Deployment(gpu=H200, num_gpus=16, gpus_per_node=8, tp=16, dp_attention=True, ep=16)
+    c = communication(V3, dep, 160, 10)
+    token = 10 * 7168 * 2
+    # dispatch + combine, 58 MoE layers, top-8, 15/16 of the experts elsewhere
+    assert c["alltoall_bytes"] == pytest.approx(2 * 58 * token * 8 * 15 / 16)
+    # the network carries each token once to the other node when one of its 8 experts is there
+    assert c["network_bytes"] == pytest.approx(2 * 58 * token * (1 - 0.5 ** 8)
+                                               + 3 * 2 * (2 - 1) / 2 * 160 * 7168 * 2 / 8)
+    # the 3 dense layers' MLP is sharded over the group: all-gather + reduce-scatter = one all-reduce
+    assert c["allreduce_bytes"] == pytest.approx(3 * 2 * 15 / 16 * 160 * 7168 * 2)
+    assert c["time_s"] == pytest.approx(max(c["nvlink_bytes"] / 450e9, c["network_bytes"] / 50e9))
+
+
+def test_a_frontier_point_by_hand():
+    # DeepSeek-V3 on 8 H200 at TP8, 64 sequences at the mean context 4096 + 512: the KV read is
+    # 64 x 4608 tokens x 61 layers x 1,152 B (the latent is whole on every rank).
+    p = evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=64)
+    assert p.kv_bytes_per_gpu == 64 * 4608 * 61 * 1152 == 20_724_056_064
+    r = roofline(V3, H200, context=4608, batch=64, tp=8)
+    assert p.step_bytes_per_gpu == r["step_bytes"]
+    assert p.memory_time_s == pytest.approx(r["step_bytes"] / 4.8e12)
+    assert p.bound == "memory" and p.step_time_s == p.memory_time_s
+    assert p.tokens_per_s_per_user == pytest.approx(1 / p.step_time_s)
+    assert p.tokens_per_s_per_gpu == pytest.approx(64 / p.step_time_s / 8)
+    assert p.step_serial_s == pytest.approx(p.memory_time_s + 195_887_104 / 450e9)
+    # the memory cap: capacity()'s whole requests at the mean context
+    from mla_core.capacity import capacity
+
+    assert p.max_batch == capacity(V3, context=4608, gpu=H200, num_gpus=8, tp=8)["max_concurrent_requests"]
+
+
+def test_speculative_tokens_per_step():
+    assert Workload(10, 10, spec_tokens=1, acceptance=0.8).tokens_per_step == pytest.approx(1.8)
+    assert Workload(10, 10, spec_tokens=3, acceptance=0.5).tokens_per_step == pytest.approx(1.875)
+    assert Workload(10, 10).tokens_per_step == 1.0
+
+
+def test_cost_by_hand():
+    p = evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=64, usd_per_gpu_hour=3.0)
+    assert p.usd_per_million_output_tokens == pytest.approx(3.0 * 8 / (p.tokens_per_s * 3600) * 1e6)
+    assert p.usd_per_million_input_tokens == pytest.approx(3.0 / (p.input_tokens_per_s_per_gpu * 3600) * 1e6)
+
+
+# --- the search ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plan16():
+    return search(V3, H200, num_gpus=16, gpus_per_node=8, workload=WL, ttft_ms=2000, tpot_ms=50,
+                  usd_per_gpu_hour=3.0)
+
+
+def test_search_best_meets_the_slos_and_is_on_the_frontier(plan16):
+    best = plan16.best
+    assert best is not None and best.meets_slo and best.fits
+    assert best.ttft_s <= 2.0 and best.tpot_s <= 0.050
+    assert best.batch <= best.max_batch
+    ok = [p for p in plan16.points if p.meets_slo and p.fits]
+    assert best.tokens_per_s_per_gpu == max(p.tokens_per_s_per_gpu for p in ok)
+    # nothing on the Pareto set is beaten on both axes by any feasible point
+    for f in plan16.pareto:
+        assert not any(p.tokens_per_s_per_user > f.tokens_per_s_per_user and
+                       p.tokens_per_s_per_gpu > f.tokens_per_s_per_gpu for p in plan16.points if p.fits)
+    assert plan16.vllm_command and plan16.sglang_command
+    d = plan16.to_dict()
+    for key in ("ttft_s", "tpot_s", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "max_batch", "bound",
+                "usd_per_million_output_tokens", "pareto", "best", "vllm_command", "sglang_command"):
+        assert key in d
+    json.dumps(d, allow_nan=False)
+
+
+def test_weights_that_do_not_fit_are_reported_not_planned(plan16):
+    tp1 = next(s for s in plan16.splits if s.tp == 1)
+    assert tp1.best is None and tp1.max_batch == 0 and "weights" in tp1.reason
+
+
+def test_one_point_search_is_that_point():
+    plan = search(V3, H200, num_gpus=8, workload=WL, tp=8, batch=64)
+    assert plan.best == evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=64) or \
+        dataclasses.replace(plan.best, limit="") == dataclasses.replace(
+            evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=64), limit="")
+
+
+def test_search_fast_path_equals_evaluate(plan16):
+    for p in plan16.points[::7]:
+        dep = Deployment(gpu=H200, num_gpus=16, gpus_per_node=8, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep)
+        q = evaluate(V3, dep, WL, p.batch, usd_per_gpu_hour=3.0, ttft_ms=2000, tpot_ms=50)
+        assert dataclasses.replace(q, limit=p.limit) == p
+
+
+# --- properties -------------------------------------------------------------------------------------
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.sampled_from([1, 2, 4, 8, 16]), more=st.sampled_from([2, 3, 4]), h=st.floats(0, 0.9),
+       model=st.sampled_from(["deepseek-v3", "llama-3.1-70b", "qwen3-30b-a3b"]))
+def test_more_gpus_never_raise_the_ttft_bound(n, more, h, model):
+    # Every split of n GPUs is a split of n * more GPUs, so the best TTFT bound cannot rise.
+    m, wl = load_model(model), Workload(input_len=8192, output_len=256, prefix_hit=h)
+
+    def best_ttft(gpus):
+        plan = search(m, H200, num_gpus=gpus, workload=wl)
+        return min((p.ttft_s for p in plan.points if p.fits), default=math.inf)
+
+    assert best_ttft(n * more) <= best_ttft(n)
+
+
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(1, 6), a=st.floats(0, 0.98), da=st.floats(0, 0.5))
+def test_higher_acceptance_never_lowers_tokens_per_step(k, a, da):
+    b = min(0.99, a + da)
+    assert Workload(10, 10, spec_tokens=k, acceptance=b).tokens_per_step >= \
+        Workload(10, 10, spec_tokens=k, acceptance=a).tokens_per_step
+    assert 1 <= Workload(10, 10, spec_tokens=k, acceptance=a).tokens_per_step <= k + 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(model=st.sampled_from(["deepseek-v3", "llama-3.1-70b", "deepseek-v2-lite", "qwen3-30b-a3b"]),
+       n=st.sampled_from([1, 2, 8, 16]), ttft=st.floats(20, 5000), tpot=st.floats(5, 200),
+       inp=st.sampled_from([512, 4096, 32768]))
+def test_the_best_point_meets_the_slos_it_was_asked_for(model, n, ttft, tpot, inp):
+    plan = search(load_model(model), H200, num_gpus=n, workload=Workload(inp, 512), ttft_ms=ttft, tpot_ms=tpot)
+    if plan.best is not None:
+        assert plan.best.ttft_s * 1000 <= ttft and plan.best.tpot_s * 1000 <= tpot and plan.best.fits
+    else:
+        assert not any(p.meets_slo and p.fits for p in plan.points)
+
+
+# --- launch commands --------------------------------------------------------------------------------
+
+def _flags(command: str) -> dict:
+    args = shlex.split(command)
+    out = {}
+    for i, a in enumerate(args):
+        if a.startswith("--"):
+            out[a] = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
+    return out
+
+
+def test_commands_parse_and_hold_the_chosen_values(plan16):
+    best = plan16.best
+    v, s = _flags(plan16.vllm_command), _flags(plan16.sglang_command)
+    assert shlex.split(plan16.vllm_command)[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V3"]
+    assert shlex.split(plan16.sglang_command)[:3] == ["python", "-m", "sglang.launch_server"]
+    assert s["--model-path"] == "deepseek-ai/DeepSeek-V3" and s["--tp-size"] == str(best.tp)
+    assert v["--max-model-len"] == s["--context-length"] == str(4096 + 1024)
+    assert v["--gpu-memory-utilization"] == s["--mem-fraction-static"] == "0.9"
+    assert v["--block-size"] == s["--page-size"] == "64"
+    assert s["--max-running-requests"] == str(best.batch_per_replica)
+    if best.dp_attention:
+        assert v["--data-parallel-size"] == str(best.tp) and v["--tensor-parallel-size"] == "1"
+        assert s["--dp-size"] == str(best.tp) and s["--enable-dp-attention"] is True
+        assert int(v["--max-num-seqs"]) == math.ceil(best.batch_per_replica / best.tp)
+    if best.ep > 1:
+        assert v["--enable-expert-parallel"] is True and s["--ep-size"] == str(best.ep)
+    if best.tp > 8:
+        assert s["--nnodes"] == str(best.tp // 8) and s["--node-rank"] == "0"
+
+
+@pytest.mark.parametrize("kv, vllm, sglang", [("fp8", "fp8", "fp8_e4m3"), ("bf16", "auto", "auto"),
+                                               ("fp8_ds_mla", "fp8_ds_mla", None), ("q4_0", None, None)])
+def test_kv_dtype_in_each_engines_spelling(kv, vllm, sglang):
+    plan = search(V3, H200, num_gpus=8, workload=Workload(4096, 1024, spec_tokens=1, acceptance=0.8), kv_dtype=kv,
+                  tp=8, dp_attention=True, ep=8, batch=256)
+    for cmd, want, flag in ((plan.vllm_command, vllm, "--kv-cache-dtype"), (plan.sglang_command, sglang, "--kv-cache-dtype")):
+        if want is None:
+            assert cmd is None and any("kv" in n.lower() for n in plan.notes)
+        else:
+            assert _flags(cmd)[flag] == want
+    if plan.vllm_command:
+        spec = json.loads(_flags(plan.vllm_command)["--speculative-config"])
+        assert spec == {"method": "mtp", "num_speculative_tokens": 1}
+    if plan.sglang_command:
+        f = _flags(plan.sglang_command)
+        assert f["--speculative-num-steps"] == "1" and f["--speculative-num-draft-tokens"] == "2"
+
+
+# --- published figures ------------------------------------------------------------------------------
+
+def test_no_published_measurement_exceeds_its_bound():
+    rows = published_checks()
+    assert len(rows) >= 8
+    for r in rows:
+        assert r["source"] and r["gpu"] and r["parallelism"] and r["workload"]
+        assert r["within_bound"], (r["id"], r["measured_per_gpu"], r["bound_per_gpu"])
+        assert 0 < r["efficiency"] <= 1
+    # the FlashMLA figures against the H800 roof: 3000 of 3350 GB/s, 660 of 989.4 TFLOP/s
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["flashmla-memory-bound-h800"]["efficiency"] == pytest.approx(3000 / 3350)
+    assert by_id["flashmla-compute-bound-h800"]["efficiency"] == pytest.approx(660 / 989.4)
+    assert by_id["deepseek-v3-decode-h800"]["measured_per_gpu"] == 14800 / 8
+
+
+# --- the command line and bad input -----------------------------------------------------------------
+
+def test_cli_done_when():
+    d = run_json("plan", "--model", "deepseek-v3", "--gpu", "h200", "--num-gpus", "16", "--gpus-per-node", "8",
+                 "--input-len", "4096", "--output-len", "1024", "--ttft-ms", "2000", "--tpot-ms", "50",
+                 "--usd-per-gpu-hour", "3")
+    plan = search(V3, H200, num_gpus=16, workload=WL, ttft_ms=2000, tpot_ms=50, usd_per_gpu_hour=3.0)
+    assert d["best"]["split"] == plan.best.split and d["split"] == plan.best.split
+    assert d["usd_per_million_output_tokens"] == pytest.approx(plan.best.usd_per_million_output_tokens)
+    assert d["vllm_command"] == plan.vllm_command and d["sglang_command"] == plan.sglang_command
+    assert d["pareto"] and all("split" in p for p in d["pareto"])
+
+
+def test_cli_one_point_and_table():
+    d = run_json("plan", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--batch", "64",
+                 "--input-len", "4096", "--output-len", "1024")
+    p = evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=64)
+    assert d["best"]["tpot_s"] == pytest.approx(p.tpot_s) and d["points"] == 1
+    t = run("plan", "--model", "deepseek-v3", "--gpu", "h200", "--num-gpus", "8", "--input-len", "4096",
+            "--output-len", "1024")
+    assert t.returncode == 0 and "vllm serve" in t.stdout and "sglang.launch_server" in t.stdout
+
+
+@pytest.mark.parametrize("extra", [
+    ["--num-gpus", "0"],
+    ["--num-gpus", "16", "--tp", "3", "--batch", "8"],
+    ["--num-gpus", "8", "--tp", "8", "--ep", "512", "--dp-attention", "--batch", "8"],
+    ["--num-gpus", "8", "--spec-tokens", "1", "--acceptance", "1.0"],
+    ["--num-gpus", "8", "--spec-tokens", "1", "--acceptance", "-0.1"],
+    ["--num-gpus", "8", "--usd-per-gpu-hour", "-3"],
+    ["--num-gpus", "8", "--prefix-hit", "1"],
+    ["--num-gpus", "8", "--ttft-ms", "0"],
+    ["--num-gpus", "8", "--batch", "8"],
+    ["--num-gpus", "8", "--internode-gbps", "nan"],
+])
+def test_plan_bad_input_exits_2_with_one_line(extra):
+    p = run("plan", "--model", "deepseek-v3", "--gpu", "h200", "--input-len", "4096", "--output-len", "1024", *extra)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kwargs, wl", [
+    (dict(num_gpus=0), WL),
+    (dict(num_gpus=16, tp=3), WL),
+    (dict(num_gpus=8, tp=8, dp_attention=True, ep=512), WL),
+    (dict(num_gpus=8, tp=8, ep=2), WL),
+    (dict(num_gpus=8, tp=8), Workload(4096, 1024, spec_tokens=1, acceptance=1.0)),
+    (dict(num_gpus=8, tp=8, gpu_memory_utilization=0), WL),
+])
+def test_evaluate_bad_input_raises_one_line(kwargs, wl):
+    with pytest.raises(MLAError) as e:
+        evaluate(V3, Deployment(gpu=H200, **kwargs), wl, batch=8)
+    assert "\n" not in str(e.value)
+    with pytest.raises(MLAError):
+        evaluate(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL, batch=8, usd_per_gpu_hour=-1.0)
+    with pytest.raises(MLAError):
+        evaluate(load_model("llama-3.1-8b"), Deployment(gpu=H200, num_gpus=2, tp=2, ep=2), WL, batch=8)
+
+
+# --- per-layer caches in the plan (issue 9 meets issue 10) ------------------------------------------
+
+def test_plan_reads_and_writes_a_hybrids_state():
+    from mla_core.kv import state_bytes_per_sequence
+    from mla_core.serving import decode_work
+
+    m = load_model("qwen3-next-80b-a3b")
+    dep = Deployment(gpu=load_gpu("h200"), num_gpus=2, tp=2)
+    wl = Workload(input_len=4096, output_len=1024)
+    w = decode_work(m, dep, wl, 8)
+    assert w["state_bytes"] == 2 * 8 * state_bytes_per_sequence(m, tp=2) == 2 * 8 * 36 * 548_864
+    assert w["step_bytes"] == w["weights_bytes"] + w["kv_bytes"] + w["state_bytes"]
+    # The memory cap counts each request's state: capacity's request bytes include it.
+    p = evaluate(m, dep, wl, 8)
+    assert p.fits
+
+
+def test_speculative_tokens_bring_the_models_mtp_layers():
+    m = load_model("deepseek-v3")
+    wl = Workload(input_len=4096, output_len=1024, spec_tokens=1, acceptance=0.8)
+    plan = search(m, load_gpu("h200"), num_gpus=8, workload=wl, tp=8, batch=8)
+    assert any("MTP draft" in n for n in plan.notes)
+    plain = search(m, load_gpu("h200"), num_gpus=8, workload=Workload(input_len=4096, output_len=1024), tp=8, batch=8)
+    assert not any("MTP draft" in n for n in plain.notes)
+
+
+def test_mxfp4_experts_are_costed_at_4_25_bits_in_the_plan():
+    from mla_core.serving import decode_work
+
+    m = load_model("gpt-oss-120b")
+    dep = Deployment(gpu=load_gpu("h100-sxm"), num_gpus=1, tp=1)
+    p = evaluate(m, dep, Workload(input_len=1024, output_len=256), 1)
+    assert p.fits  # 60.7 GiB of weights on one 80 GB H100 (vllm#33155 loads it in 64.38 GiB)
+    bf16 = decode_work(m, Deployment(gpu=load_gpu("h100-sxm"), weights_dtype="bf16"), Workload(1024, 256), 1)
+    mx = decode_work(m, dep, Workload(1024, 256), 1)
+    from mla_core.params import params_streamed_per_step, routed_params_streamed_per_step
+
+    routed, streamed = routed_params_streamed_per_step(m, 1), params_streamed_per_step(m, 1)
+    assert routed == 4 * 36 * 24_891_840  # top-4 of 128 experts in 36 layers at batch 1
+    assert mx["weights_bytes"] == -(-routed * 17 // 32) + 2 * (streamed - routed)
+    assert bf16["weights_bytes"] == 2 * streamed
+
+
+def test_bad_state_dtype_is_one_line():
+    with pytest.raises(MLAError, match="state_dtype"):
+        evaluate(load_model("qwen3-next-80b-a3b"), Deployment(gpu=load_gpu("h200"), state_dtype="int4"),
+                 Workload(1024, 256), 1)
+
+
+# --- found by trying to break it -------------------------------------------------------------------
+
+def test_groups_must_lay_out_on_nodes():
+    from mla_core.serving import group_layout_error
+
+    assert group_layout_error(8, 8) is None and group_layout_error(16, 8) is None and group_layout_error(2, 8) is None
+    assert "part-filled" in group_layout_error(12, 8) and "tile" in group_layout_error(3, 8)
+    m = load_model("deepseek-v3")
+    with pytest.raises(MLAError, match="part-filled"):
+        evaluate(m, Deployment(gpu=load_gpu("h200"), num_gpus=8, gpus_per_node=3, tp=8), Workload(4096, 1024), 8)
+    plan = search(m, load_gpu("h200"), num_gpus=24, gpus_per_node=8, workload=Workload(4096, 1024))
+    assert {p.tp for p in plan.points} <= {1, 2, 4, 8, 24 // 8 * 8} and all(p.tp % 8 == 0 or 8 % p.tp == 0
+                                                                          for p in plan.points)
+    assert any("skipped" in n for n in plan.notes)
+    # Every multi-node command starts as many ranks on each node as the node has GPUs.
+    best = search(m, load_gpu("h200"), num_gpus=16, gpus_per_node=8, workload=Workload(4096, 1024)).best
+    if best.dp_attention:
+        args = shlex.split(search(m, load_gpu("h200"), num_gpus=16, gpus_per_node=8,
+                                  workload=Workload(4096, 1024)).vllm_command)
+        local = int(args[args.index("--data-parallel-size-local") + 1])
+        assert int(args[args.index("--data-parallel-size") + 1]) % local == 0 and local == 8
+
+
+def test_tp_must_split_the_heads_as_engines_do():
+    from mla_core.capacity import capacity
+    from mla_core.kv import tp_split_error
+
+    m = load_model("nemotron-nano-9b-v2")  # 40 query heads, 8 KV heads, 128 Mamba-2 heads
+    assert "40 query heads" in tp_split_error(m, 3)
+    assert tp_split_error(m, 8) is None and tp_split_error(load_model("llama-3.1-70b"), 16) is None  # KV replicated
+    with pytest.raises(MLAError, match="query heads"):
+        capacity(m, context=8192, gpu=load_gpu("h100-sxm"), tp=3, num_gpus=3)
+    assert all(tp_split_error(m, p.tp) is None
+               for p in search(m, load_gpu("h100-sxm"), num_gpus=6, workload=Workload(1024, 256)).points)
+
+
+def test_a_given_batch_past_the_memory_cap_says_so_and_gets_no_command():
+    m = load_model("deepseek-v3")
+    plan = search(m, load_gpu("h200"), num_gpus=8, workload=Workload(4096, 1024), tp=8, batch=100_000,
+                  usd_per_gpu_hour=2.0)
+    assert not plan.best.fits and plan.vllm_command is None and plan.sglang_command is None
+    assert any("does not fit" in n for n in plan.notes)
+    p = run("plan", "--model", "deepseek-v3", "--gpu", "h200", "--num-gpus", "8", "--tp", "8",
+            "--batch", "100000", "--input-len", "4096", "--output-len", "1024")
+    assert p.returncode == 0 and "DOES NOT FIT" in p.stdout and "1 point tried" in p.stdout
+    assert "tokens/s)" in p.stdout and "K)" not in p.stdout
+
+
+def test_the_state_dtype_reaches_the_launch_commands():
+    m = load_model("nemotron-nano-9b-v2")
+    plan = search(m, load_gpu("h100-sxm"), num_gpus=2, workload=Workload(4096, 1024), state_dtype="fp32")
+    v, s = shlex.split(plan.vllm_command), shlex.split(plan.sglang_command)
+    assert v[v.index("--mamba-cache-dtype") + 1] == "float32" and s[s.index("--mamba-ssm-dtype") + 1] == "float32"
+    auto = search(m, load_gpu("h100-sxm"), num_gpus=2, workload=Workload(4096, 1024))
+    assert "--mamba-cache-dtype" not in auto.vllm_command
+    dense = search(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), num_gpus=1, workload=Workload(4096, 1024),
+                   state_dtype="fp32")
+    assert "--mamba-cache-dtype" not in dense.vllm_command  # no recurrent layers, nothing to set

@@ -1,0 +1,53 @@
+"""The KV page's layer map: one cell per layer, coloured by what it caches (mla_core.kv.layer_map)."""
+from __future__ import annotations
+
+from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
+import streamlit as st
+
+from mla_core.kv import LayerMap
+from mla_core.units import format_bytes, format_tokens
+from ui import charts
+
+# One colour per cache kind (Okabe-Ito); kinds the table does not name fall back to grey.
+KIND_COLORS = {
+    "full": "#D55E00", "sliding": "#56B4E9", "chunked": "#0072B2", "shared": "#CC79A7", "none": "#BBBBBB",
+    "mamba1": "#009E73", "mamba2": "#009E73", "gdn": "#E69F00", "kda": "#F0E442", "lightning": "#999933",
+}
+
+
+def kind_color(kind: str) -> str:
+    return KIND_COLORS.get(kind, KIND_COLORS.get(kind.split("+")[-1], "#999999"))
+
+
+def figure(lm: LayerMap, present: bool = False) -> go.Figure:
+    """Cells in layer order, one trace per kind (its legend entry), hover with exact bytes."""
+    fig = go.Figure()
+    for kind, label in zip(lm.kinds, lm.kind_labels):
+        cells = [c for c in lm.cells if c.kind == kind]
+        fig.add_trace(go.Bar(
+            x=[c.index for c in cells], y=[1] * len(cells), name=label, width=0.92,
+            marker={"color": kind_color(kind), "line": {"width": 0.5, "color": "#333"}},
+            customdata=[[c.label, format_bytes(c.bytes), f"{c.bytes:,}", format_tokens(c.tokens_held),
+                         format_bytes(c.state_bytes)] for c in cells],
+            hovertemplate="layer %{x}: %{customdata[0]}<br>%{customdata[1]} (%{customdata[2]} B) for one sequence"
+                          "<br>tokens held %{customdata[3]}, state %{customdata[4]}<extra></extra>",
+        ))
+    charts.style(fig, title=f"What each layer holds for one sequence at {format_tokens(lm.context)}",
+                 x_title="layer (0-based)", y_title="", present=present)
+    fig.update_layout(barmode="stack", height=260 if not present else 300, bargap=0.05,
+                      yaxis={"visible": False, "range": [0, 1]}, legend={"orientation": "h", "y": -0.35})
+    return fig
+
+
+def section(lm: LayerMap, present: bool = False) -> None:
+    """The layer map with the state beside the per-token cache, and the all-full-attention figure."""
+    st.subheader("Layer map")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Per-token cache, one sequence", format_bytes(lm.kv_bytes_per_sequence),
+              help=f"{lm.kv_bytes_per_sequence:,} B at {lm.context:,} tokens (windows and chunks applied)")
+    c2.metric("Recurrent state, one sequence", format_bytes(lm.state_bytes_per_sequence),
+              help=f"{lm.state_bytes_per_sequence:,} B, the same at every context")
+    c3.metric("If every layer were full attention", format_bytes(lm.all_full_attention_bytes_per_sequence),
+              help=f"{lm.all_full_attention_bytes_per_sequence:,} B: the same attention shape in all "
+                   f"{len(lm.cells)} layers, no state")
+    charts.show(figure(lm, present), "layer-map")
