@@ -96,17 +96,6 @@ def kv_summary(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "
                      tuple(model.notes), model.num_sliding_layers)
 
 
-def layer_map_view(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent",
-                   block_size: int | None = None):
-    """`kv.layer_map` after the KV page's fallbacks (fp8_ds_mla on a non-MLA model is fp8; the
-    expanded layout only for MLA, and never with fp8_ds_mla, which stores the latent)."""
-    from .kv import layer_map
-
-    dtype, _ = kv_dtype_for(model, kv_dtype)
-    layout = cache_layout if (model.is_mla and not (cache_layout == "expanded" and dtype == "fp8_ds_mla")) else "latent"
-    return layer_map(model, context, dtype, layout, block_size=block_size)
-
-
 @dataclass(frozen=True)
 class KVVariants(_View):
     """The same width as MHA, GQA, MQA, MLA latent and MLA expanded: `rows` from
@@ -293,11 +282,12 @@ class RooflineView(_View):
     roof_y: tuple[float, ...]
     baseline_head_dim: str
     warnings: tuple[str, ...] = ()
-    max_batch_that_fits: int | None = None  # whole sequences `tp` GPUs hold (serving.largest_batch_that_fits)
+    largest_batch: int | None = None  # whole sequences the tp GPUs hold (serving.largest_batch_that_fits)
+    batch_note: str = ""  # said when the chosen batch does not fit
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("own_label", "own_all", "own_tp", "step", "mla_path", "kv_dtype", "tp",
-                                           "ridge", "roof_x", "roof_y", "warnings", "max_batch_that_fits")}
+                                           "ridge", "roof_x", "roof_y", "warnings", "largest_batch")}
         d["points"] = [p.to_dict() for p in self.points]
         return d
 
@@ -316,15 +306,16 @@ def roof(gpu, intensities, dtype: str = "bf16") -> tuple[tuple[float, ...], tupl
 
 
 def roofline_variants(model: ModelSpec, kv_dtype: str, *, gqa_groups: int = 0, kv_lora_rank: int = 0,
-                      qk_rope_head_dim: int = 0) -> list:
-    """`roofline.decode_variants` (label, spec, kv dtype, mla path) with the page's 0 = default
-    inputs; a GQA group count that does not divide n_h is the default."""
+                      qk_rope_head_dim: int = 0) -> list[tuple[str, ModelSpec, str, str]]:
+    """[(label, spec, kv dtype, mla path)]: `roofline.decode_variants` with the page's settings
+    (0 = the default; a GQA group count that does not divide n_h is the default)."""
     from .roofline import decode_variants
 
     if gqa_groups and gqa_groups not in gqa_group_choices(model):
         gqa_groups = 0
-    return decode_variants(model, kv_dtype, gqa_groups=gqa_groups or None, kv_lora_rank=kv_lora_rank or None,
-                           qk_rope_head_dim=qk_rope_head_dim or None)
+    return [tuple(d) for d in decode_variants(model, kv_dtype, gqa_groups=gqa_groups or None,
+                                              kv_lora_rank=kv_lora_rank or None,
+                                              qk_rope_head_dim=qk_rope_head_dim or None)]
 
 
 def roofline_view(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
@@ -367,9 +358,26 @@ def roofline_view(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dty
     own_label = next((p.label for p in points if p.is_model), f"{model.kind.upper()} (this model)")
     rx, ry = roof(gpu, [*(p.result["attention_intensity_flop_per_byte"] for p in points),
                         own_tp["attention_intensity_flop_per_byte"], *extra_intensities])
+    cap = _largest_batch(model, gpu, context, tp, dtype, weights_dtype, mla_path)
+    note = ""
+    if cap is not None and batch > cap:
+        note = (f"Batch {batch:,} does not fit: at TP {tp} memory holds {cap:,} sequences of "
+                        f"{format_tokens(context)} (gpu_memory_utilization 0.9); the figures are for a step that "
+                "cannot run as set.")
     return RooflineView(tuple(points), own_label, own_all, own_tp, step, mla_path, dtype, tp,
-                        gpu.ridge_flop_per_byte, rx, ry, baseline_head_dim_text(model), tuple(warnings),
-                        _fits_up_to(model, gpu, context, tp, dtype, weights_dtype, mla_path))
+                        gpu.ridge_flop_per_byte, rx, ry, baseline_head_dim_text(model), tuple(warnings), cap, note)
+
+
+def _largest_batch(model, gpu, context, tp, kv_dtype, weights_dtype, mla_path) -> int | None:
+    """`serving.largest_batch_that_fits` for the path's cache layout, or None when refused."""
+    from .serving import largest_batch_that_fits
+
+    try:
+        return largest_batch_that_fits(model, gpu, context=context, tp=tp, kv_dtype=kv_dtype,
+                                       weights_dtype=weights_dtype,
+                                       cache_layout="expanded" if (model.is_mla and mla_path == "expanded") else "latent")
+    except MLAError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -383,7 +391,7 @@ class StepSweep(_View):
     lines: tuple[tuple[str, bool, dict], ...]
     crossover: int | None
     batch: int
-    fits_up_to: int | None = None  # the largest batch memory holds (serving.largest_batch_that_fits)
+    cap: int | None = None
 
 
 def step_sweep(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype: str = "auto",
@@ -413,23 +421,12 @@ def step_sweep(model: ModelSpec, gpu, *, context: int, batch: int = 1, kv_dtype:
     for label, mine, spec, d, path in todo:
         s = decode_step_vs_batch(spec, gpu, batches, context=context, kv_dtype=d, weights_dtype=weights_dtype,
                                  mla_path=path, tp=tp)
-        lines.append((label, mine, {k: val.tolist() for k, val in s.items()}))
-    return StepSweep(tuple(batches), tuple(lines), crossover, batch,
-                     _fits_up_to(model, gpu, context, tp, dtype, weights_dtype, mla_path))
-
-
-def _fits_up_to(model: ModelSpec, gpu, context: int, tp: int, kv_dtype: str, weights_dtype, mla_path: str):
-    """The largest batch of whole sequences `tp` GPUs hold (the Capacity page's rule), or None
-    when it cannot be computed (a GPU without a memory figure, a split the heads refuse)."""
-    from .serving import largest_batch_that_fits
-
-    try:
-        return largest_batch_that_fits(model, gpu, context=context, tp=tp, kv_dtype=kv_dtype,
-                                       weights_dtype=weights_dtype,
-                                       cache_layout="expanded" if (model.is_mla and mla_path == "expanded")
-                                       else "latent")
-    except MLAError:
-        return None
+        cap = _largest_batch(spec, gpu, context, tp, d, weights_dtype, path)
+        arrays = {k: val.tolist() for k, val in s.items()}
+        arrays["fits"] = [cap is None or b <= cap for b in batches]
+        lines.append((label, mine, arrays))
+    own_cap = _largest_batch(model, gpu, context, tp, dtype, weights_dtype, mla_path)
+    return StepSweep(tuple(batches), tuple(lines), crossover, batch, own_cap)
 
 
 @dataclass(frozen=True)

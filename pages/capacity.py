@@ -7,18 +7,18 @@ mla_core.sweeps): `deployment` (widgets), `headline` (views.capacity_view), `mem
 views.configurations_by_context). Definitions: MODEL.md, "Capacity per GPU". In presentation
 mode the page is one slide: title, key numbers and requests against context first.
 """
-import numpy as np
 import pandas as pd
+from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.capacity import default_block_size
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
-from mla_core.units import KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens, gib_to_bytes
+from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens,
+                            format_tokens_exact, gib_to_bytes)
 from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capacity_across_gpus, capacity_variants_view,
                             capacity_view, configuration, configurations_by_context, memory_bars, mode_name)
 from ui import charts, models, state
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 from ui.text import csv_text, escape_md
 
 v = state.values()
@@ -122,7 +122,7 @@ def headline(model, gpu):
               help="Max tokens in the deployment / context, as vLLM logs 'Maximum concurrency for T tokens per "
                    "request': counts fractions of a request.")
     m3.metric("Max tokens per GPU", format_tokens(main["max_tokens_per_gpu"]),
-              help=f"{main['max_tokens_per_gpu']:,} tokens ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
+              help=f"{format_tokens_exact(main['max_tokens_per_gpu'])} ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
     m4.metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
               help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                    "(TP ranks of one replica hold the same tokens).")
@@ -141,8 +141,8 @@ def details(model, gpu, cv):
     main, tp, dp, num_gpus = cv.main, cv.tp, cv.dp_attention, cv.num_gpus
     m1, m2, m3, m4, m5 = st.columns(5)
     m5.metric("Recurrent state per request", format_bytes(main["state_bytes_per_request_per_gpu"]),
-              help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning "
-                   "layers): held once per sequence whatever its length, counted in each request's bytes")
+              help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning layers): "
+                   "held once per sequence whatever its length, counted in each request's bytes")
     m1.metric("Weights per GPU", format_bytes(main["weights_bytes_per_gpu"]),
               help=f"{main['weights_bytes_per_gpu']:,} B: {main['params_total']:,} parameters as "
                    f"{main['weights_dtype']}, " + ("attention whole on every GPU, the rest / num_gpus" if dp
@@ -192,11 +192,11 @@ def memory_chart(cv, configs):
     names = [_plot_text(name) for name, _ in split]
     fig = go.Figure()
     for key, label, color in PARTS:
-        fig.add_trace(dict(type="bar",
-            x=names, y=[s[key] / GiB for _, s in split], name=label, marker={"color": color},
+        fig.add_trace(go.Bar(
+            x=names, y=[s[key] / GiB for _, s in split], name=label, marker_color=color,
             customdata=[_exact(s[key]) for _, s in split],
             hovertemplate=f"%{{x}}<br>{label}: %{{customdata}}<extra></extra>"))
-    fig.add_trace(dict(type="scatter",
+    fig.add_trace(go.Scatter(
         x=names, y=[s["memory"] / GiB for _, s in split], mode="markers", name="memory per GPU",
         marker={"symbol": "line-ew", "size": 60, "line": {"width": 3, "color": "#000000"}},
         customdata=[[_exact(s["memory"]), "" if not s["over"] else f"<br>weights do not fit: over by {_exact(s['over'])}"]
@@ -261,12 +261,11 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
     fig = go.Figure()
     for s in cvv.series:
         name = s.label + (" (this model)" if s.is_model else "")
-        y = np.asarray(s.y, dtype=float)
-        y[y == 0] = np.nan  # a log axis cannot show 0: the line stops where not one request fits
+        y = [n if n else None for n in s.y]  # a log axis cannot show 0: the line stops where not one request fits
         fig.add_trace(dict(
-            type="scatter", x=np.asarray(s.x), y=y, mode="lines", name=name,
+            type="scatter", x=list(s.x), y=y, mode="lines", name=name,
             line={"color": charts.color_for(s.label), "width": 4 if present else 2.5, "shape": "hv"},
-            customdata=np.array([[format_tokens(t), f"{t:,}", _requests(n)] for t, n in zip(s.x, s.y)], dtype=object),
+            customdata=[[format_tokens(t), f"{t:,}", _requests(n)] for t, n in zip(s.x, s.y)],
             hovertemplate=f"{name}<br>%{{customdata[0]}} (%{{customdata[1]}})<br>%{{customdata[2]}} whole requests"
                           "<extra></extra>"))
     dots = [s for s in cvv.series if s.y_here]
@@ -343,7 +342,7 @@ def across_gpus(model, cv):
     if presets and presets[0][2] is not None:  # an MLA model: what the MHA formula would admit
         traces.append(("MHA-formula allocator", "MLA expanded", [e for _, _, e in presets]))
     for k, (name, color_key, results) in enumerate(traces):
-        fig.add_trace(dict(type="bar",
+        fig.add_trace(go.Bar(
             x=x_names, y=[r["max_concurrent_requests"] for r in results], name=name,
             marker={"color": charts.color_for(color_key)}, textposition="outside", constraintext="none", cliponaxis=False,
             text=[_requests(r["max_concurrent_requests"]) if r["weights_fit"] else ("✗" if k == 0 else "")
@@ -425,7 +424,7 @@ def compare(model, gpu, cv, configs):
             st.metric(f"Config {i}: whole requests of {format_tokens(T)}", _requests(r["max_concurrent_requests"]),
                       help=f"{r['replicas']} replica(s); engine-style max concurrency {r['max_concurrency']:.2f}x")
             st.metric(f"Config {i}: max tokens in the deployment", format_tokens(r["max_tokens_total"]),
-                      help=f"{r['max_tokens_total']:,} tokens")
+                      help=format_tokens_exact(r["max_tokens_total"]))
             st.metric(f"Config {i}: KV budget per GPU", format_bytes(r["kv_budget_bytes_per_gpu"]),
                       help=f"{r['kv_budget_bytes_per_gpu']:,} B")
             st.metric(f"Config {i}: KV bytes per token per GPU", format_bytes(r["kv_bytes_per_token_per_gpu"]),
@@ -439,7 +438,7 @@ def compare(model, gpu, cv, configs):
     contexts, counts = configurations_by_context(ready, T)
     fig = go.Figure()
     for c, n_req in counts:
-        fig.add_trace(dict(type="bar",
+        fig.add_trace(go.Bar(
             x=[format_tokens(t) for t in contexts], y=[n if n else None for n in n_req],
             name=_plot_text(_short(c)), marker={"color": charts.SEQUENCE[(c.i - 1) % len(charts.SEQUENCE)]},
             text=[_requests(n) for n in n_req], textposition="outside", constraintext="none", cliponaxis=False,

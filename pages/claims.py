@@ -6,13 +6,13 @@ replay of the slip. This page shows them; it computes nothing itself. Sections: 
 `summary`, `filters`, `table`, `chart` and `details`, drawing what views.claims_view returns; in
 presentation mode the slide is the title, the summary numbers and the chart."""
 import pandas as pd
+from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated
 from mla_core.errors import MLAError
 from mla_core.views import claims_view
 from ui import charts, state
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 from ui.text import csv_text, escape_md
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
@@ -45,7 +45,7 @@ def conventions():
         st.markdown(
             "- **Bytes**: GB = 10^9 B, GiB = 2^30 B (KB = 10^3 B, KiB = 2^10 B); a figure is recomputed in the unit "
             "its document prints.\n"
-            "- **Tokens**: 1M tokens = 10^6, 128K = 131,072 unless a document names 128,000.\n"
+            "- **Tokens**: a document's \"million tokens\" is 1,000,000; its 128K is 131,072 unless it names 128,000.\n"
             "- **MHA baseline of an MLA model**: d_h = qk_nope_head_dim (128 for DeepSeek-V2/V3), as in DeepSeek-V2 "
             "Table 1; the expanded per-head cache of DeepSeek's naive path is n_h (d_nope + d_r + d_v) per layer.\n"
             "- **Flops**: 2 per multiply-add; MLA absorbed decode counts the scores on the 576-wide latent+RoPE key "
@@ -147,13 +147,13 @@ def chart(cv):
         return
     lo, hi = cv.diagonal
     fig = go.Figure()
-    fig.add_trace(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
                              line={"color": "#777777", "dash": "dot"}, hoverinfo="skip"))
     for verdict in ("reproduced", "differs"):
         cs = [c for c in cv.plotted if c["verdict"] == verdict]
         if not cs:
             continue
-        fig.add_trace(dict(type="scatter",
+        fig.add_trace(go.Scatter(
             x=[c["stated"]["value"] for c in cs], y=[c["computed"] for c in cs], mode="markers", name=verdict,
             marker={"color": VERDICT_COLORS[verdict], "size": 14 if present else 10,
                     "symbol": "circle" if verdict == "reproduced" else "x", "line": {"width": 1, "color": "#333333"}},
@@ -192,7 +192,6 @@ def details(cv):
                 st.caption("No replay: no convention or slip tried gives the stated figure.")
 
 
-# --- accuracy of the serving plan: published serving figures and the user's engine runs ------------------
 @st.cache_data(show_spinner=False)
 def _accuracy() -> dict:
     from mla_core.serving import accuracy as serving_accuracy
@@ -201,6 +200,9 @@ def _accuracy() -> dict:
 
 
 def accuracy():
+    """Published serving figures and the user's engine runs against the serving plan's bound
+    (mla_core.serving.accuracy, mla_core.bench.engines.accuracy)."""
+    # --- accuracy of the serving plan against published serving figures -----------------------------------
     st.subheader("Accuracy: published serving figures against the serving plan's bound")
     st.caption("Each published throughput (data/serving_measurements.json) is set against the bound the Serving plan "
                "computes for the same model, GPUs, split and workload. A bound is what no engine can beat; a measured "

@@ -5,18 +5,18 @@ Sections, each drawing what one core call returns: `model_source` (upload, paste
 model column), `variants` (views.kv_variants) and `context_chart` (views.kv_sweep). In
 presentation mode the page is one slide: title, key numbers, the chart; controls follow.
 """
-import numpy as np
 import pandas as pd
+from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.config import loads_config, parse_config
 from mla_core.errors import MLAError
+from mla_core.kv import layer_map as kv_layer_map
 from mla_core.presets import model_ids
 from mla_core.units import GiB, format_bytes, format_tokens
-from mla_core.views import kv_summary, kv_sweep, kv_variants, layer_map_view
+from mla_core.views import kv_summary, kv_sweep, kv_variants
 from mla_core.whatif import hand_set_values
 from ui import charts, layer_map, models, params, state, text, whatif
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 from ui.text import csv_text, escape_md
 
 v = state.values()
@@ -224,14 +224,13 @@ def context_chart(model, kv_dtype, second=None):
         return
     fig = go.Figure()
     lines = [*sw.series, *([sw.second] if sw.second else [])]
-    for s in lines:  # plain dicts and numpy arrays: Plotly validates them far faster than lists of lists
+    for s in lines:
         name = charts.plot_text(s.label + (" (this model)" if s.is_model else ""))
         fig.add_trace(dict(
-            type="scatter", x=np.asarray(s.x), y=np.asarray(s.y, dtype=float) / GiB, mode="lines", name=name,
+            type="scatter", x=list(s.x), y=[n / GiB for n in s.y], mode="lines", name=name,
             line={"color": "#000000" if s is sw.second else charts.color_for(s.label), "width": 4 if present else 2.5,
                   "dash": "dash" if s is sw.second else "solid"},
-            customdata=np.array([[f"{format_bytes(n)} ({n:,} B)", format_tokens(t)] for n, t in zip(s.y, s.x)],
-                                dtype=object),
+            customdata=[[f"{format_bytes(n)} ({n:,} B)", format_tokens(t)] for n, t in zip(s.y, s.x)],
             hovertemplate=f"{name}<br>%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>"))
     fig.add_trace(dict(
         type="scatter", x=[s.x_here for s in lines], y=[s.y_here / GiB for s in lines], mode="markers",
@@ -243,14 +242,16 @@ def context_chart(model, kv_dtype, second=None):
                       "<extra></extra>"))
     charts.style(fig, title=f"KV cache of {B:,} sequence(s) against context", x_title="context (tokens per sequence)",
                  y_title="KV cache (GiB)", log_x=True, log_y=True, present=present, height=charts.slide_height(present),
-                 x_tokens=(sw.series[0].x[0], sw.series[0].x[-1]) if sw.series else None)
+                 x_tokens=(sw.series[0].x[0], sw.series[0].x[-1]))
     charts.show(fig, "kv-cache-vs-context", key="_kv_chart")
 
 
-def layers(model, kv_dtype):
-    """What each layer holds (views.layer_map_view): the layer map, the state, all-full-attention."""
+def layers(model, s):
+    """What each layer holds (mla_core.kv.layer_map), at the dtype and layout the summary used."""
+    if s is None:
+        return
     try:
-        layer_map.section(layer_map_view(model, T, kv_dtype, v["cache_layout"], block), present)
+        layer_map.section(kv_layer_map(model, T, s.kv_dtype, s.cache_layout, block_size=block), present)
     except MLAError as e:
         text.error(e)
 
@@ -262,14 +263,14 @@ DEFERRED: list[str] = []  # warnings a slide shows below its chart
 def summaries(model, kv_dtype, second):
     """One column per model: the chosen (what-if) model, and the second model when picked."""
     if second is None:
-        summary(model, kv_dtype)
-        return
+        return summary(model, kv_dtype)
     only = (0, 2) if present else (0, 1, 2, 3)  # a slide keeps one row: per token and per sequence
     c1, c2 = st.columns(2)
     with c1:
-        summary(model, kv_dtype, columns=2, only=only)
+        first = summary(model, kv_dtype, columns=2, only=only)
     with c2:
         summary(second, v["kv_dtype"], columns=2, tag="" if present else ", second model", only=only)
+    return first
 
 
 base = models.current_model()
@@ -279,12 +280,12 @@ second = models.preset(v["kv_model2"]) if v["kv_model2"] else None
 charts.page_title("KV cache", "MLA against MHA, GQA and MQA", model.name, T,
                   extra=(f"beside {second.name}" if second else None), present=present)
 if present:  # one slide: key numbers and the chart first, the controls below it
-    summaries(model, kv_dtype, second)
+    s = summaries(model, kv_dtype, second)
     context_chart(model, kv_dtype, second)
     for w in dict.fromkeys(DEFERRED):
         text.warning(w)
     whatif.draw(base, wi, v, expanded=False)
-    layers(model, kv_dtype)
+    layers(model, s)
     variants(model, kv_dtype)
     with st.expander("Second model", expanded=False):
         second_model_picker()
@@ -295,7 +296,7 @@ else:
     model_messages()
     whatif.draw(base, wi, v)
     second_model_picker()
-    summaries(model, kv_dtype, second)
+    s = summaries(model, kv_dtype, second)
+    layers(model, s)
     variants(model, kv_dtype)
     context_chart(model, kv_dtype, second)
-    layers(model, kv_dtype)

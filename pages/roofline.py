@@ -7,8 +7,8 @@ mla_core.sweeps; docs/model.md, "Decode step roofline"): `gpu_choice` (views.roo
 (views.step_sweep) and `tp_chart` (views.tp_comparison). Measured points come from the benchmark
 page's result (ui.measured). In presentation mode the page is one slide: title, key numbers and
 the roofline chart first."""
-import numpy as np
 import pandas as pd
+from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.errors import MLAError
@@ -18,7 +18,6 @@ from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_in
                             format_seconds, format_token_rate, format_tokens)
 from mla_core.views import measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison
 from ui import charts, measured, models, params, state, whatif
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 from ui.text import csv_text, escape_md
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)
@@ -143,30 +142,27 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets):
          "Query heads split over the TP ranks; the MLA latent is read whole by every rank."),
         (f"Decode step at TP {tp}, time lower bound", format_seconds(step["step_time_s"]),
          f"One GPU's share at TP {tp}: max(bytes / bandwidth, flops / peak); {step['bound']} bound."),
-        ("Tokens/s upper bound", format_token_rate(step['tokens_per_s']),
+        ("Tokens/s upper bound", format_token_rate(step["tokens_per_s"]),
          f"batch / step time = {step['tokens_per_s']:,.2f} tokens/s, the {B:,} sequence(s) together."),
         ("Ridge point (bf16 peak)", format_intensity(step["attention_ridge_flop_per_byte"]), ridge_help),
         (f"Weights held per GPU at TP {tp}", format_bytes(step["weights_resident_bytes_per_gpu"]),
          f"All parameters as {step['weights_dtype']}, / TP; one GPU has {format_bytes(gpu.memory_bytes)}."),
     ]
-    # A slide shows one row of four (the ridge is drawn on the chart); the desk view shows all six.
-    rows = [metrics[:4]] if present else [[metrics[0], metrics[1], metrics[4]], [metrics[2], metrics[3], metrics[5]]]
+    extra = [("Whole-step intensity", format_intensity(step["step_intensity_flop_per_byte"]),
+              f"Step flops / step bytes (weights + KV) on one GPU at TP {tp}; the ridge at the weights' "
+              f"{step['weights_dtype']} peak is {format_intensity(step['ridge_flop_per_byte'])}.")]
+    if rv.largest_batch is not None:
+        extra.append((f"Largest batch that fits at TP {tp}", f"{rv.largest_batch:,} sequences",
+                      f"Whole {format_tokens(T)} sequences the {tp} GPU(s) hold at gpu_memory_utilization 0.9 "
+                      "(the Capacity page's rule); the step charts grey out past it."))
+    # A slide shows one row of four (the ridge is drawn on the chart); the desk view shows them all.
+    rows = [metrics[:4]] if present else [[metrics[0], metrics[1], metrics[4]], [metrics[2], metrics[3], metrics[5]],
+                                          extra]
     for row in rows:
         for col, (label, value, help_text) in zip(st.columns(len(row)), row):
             col.metric(label, value, help=help_text)
-    cap = rv.max_batch_that_fits
-    if not present:
-        m7, m8, _ = st.columns(3)
-        m7.metric("Whole-step intensity", format_intensity(step["step_intensity_flop_per_byte"]),
-                  help=f"Step flops / step bytes (weights + KV) on one GPU at TP {tp}; the ridge at the weights' "
-                       f"{step['weights_dtype']} peak is {format_intensity(step['ridge_flop_per_byte'])}.")
-        if cap is not None:
-            m8.metric(f"Largest batch that fits at TP {tp}", f"{cap:,} sequences",
-                      help=f"Whole {format_tokens(T)} sequences the {tp} GPU(s) hold at gpu_memory_utilization 0.9 "
-                           "(the Capacity page's rule); the step charts grey out past it.")
-    if cap is not None and B > cap:
-        st.info(f"Batch {B:,} does not fit: at TP {tp} memory holds {cap:,} sequences of {format_tokens(T)} "
-              "(gpu_memory_utilization 0.9); the figures above are for a step that cannot run as set.")
+    if rv.batch_note:
+        st.info(escape_md(rv.batch_note, 400))
     if not step["weights_fit_in_memory"]:
         _warn(f"At TP {tp} one GPU would hold {format_bytes(step['weights_resident_bytes_per_gpu'])} of weights, "
               f"more than its {format_bytes(gpu.memory_bytes)}: this step cannot run as set; raise TP (Roofline "
@@ -184,11 +180,11 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
         st.subheader("Attention on the roofline")
     ridge = rv.ridge
     fig = go.Figure()
-    fig.add_trace(dict(type="scatter",
+    fig.add_trace(go.Scatter(
         x=rv.roof_x, y=[y / TFLOPS for y in rv.roof_y], mode="lines",
         name=f"roof: {charts.plot_text(gpu_name)}", line={"color": "#777777", "width": 3 if present else 2},
         hovertemplate="min(peak, bandwidth x intensity)<br>%{x:.3g} flop/B -> %{y:.4g} TFLOP/s<extra></extra>"))
-    fig.add_trace(dict(type="scatter",
+    fig.add_trace(go.Scatter(
         x=[ridge], y=[rv.roof_y[1] / TFLOPS], mode="markers+text", name="ridge point", showlegend=False,
         marker={"symbol": "diamond", "size": 14 if present else 11, "color": "#777777"},
         text=[f"ridge {format_intensity(ridge)}"], textposition="bottom right",
@@ -197,7 +193,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
     for p in sorted(rv.points, key=lambda p: p.label != "MLA expanded"):
         r = p.result
         symbol, extra = SYMBOLS.get(p.label, ("circle", 0))
-        fig.add_trace(dict(type="scatter",
+        fig.add_trace(go.Scatter(
             x=[r["attention_intensity_flop_per_byte"]], y=[r["attainable_flops"] / TFLOPS], mode="markers",
             name=p.label + (" (this model)" if p.is_model else ""),
             marker={"color": charts.color_for(p.label), "symbol": symbol,
@@ -206,7 +202,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
             hovertemplate=_hover(p.label, r, f", KV {p.kv_dtype}") + "<extra></extra>"))
     own_tp, own_name = rv.own_tp, rv.own_label
     if own_tp["heads_per_gpu"] != rv.own_all["heads_per_gpu"]:
-        fig.add_trace(dict(type="scatter",
+        fig.add_trace(go.Scatter(
             x=[own_tp["attention_intensity_flop_per_byte"]], y=[own_tp["attainable_flops"] / TFLOPS], mode="markers",
             name=f"{own_name}, one GPU at TP {tp}",
             marker={"color": charts.color_for(own_name), "size": 16 if present else 12, "symbol": "circle-open",
@@ -214,7 +210,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
             hovertemplate=_hover(own_name, own_tp, f", one GPU at TP {tp} ({own_tp['heads_per_gpu']} query heads)")
             + "<extra></extra>"))
     for name, pts, result in measured_sets:
-        fig.add_trace(dict(type="scatter",
+        fig.add_trace(go.Scatter(
             x=[p.intensity_flop_per_byte for p in pts], y=[p.achieved_TFLOPs for p in pts], mode="markers", name=name,
             marker={"symbol": "x", "size": 14 if present else 11, "color": [charts.color_for(p.label) for p in pts],
                     "line": {"width": 1, "color": "#333333"}},
@@ -229,7 +225,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
         bw_GBps, mm_TFLOPs = measured.ceilings(result)
         mroof = measured_roof(bw_GBps, mm_TFLOPs, rv.roof_x[0], rv.roof_x[-1]) if bw_GBps and mm_TFLOPs else None
         if mroof:
-            fig.add_trace(dict(type="scatter",
+            fig.add_trace(go.Scatter(
                 x=mroof[0], y=[y / TFLOPS for y in mroof[1]], mode="lines",
                 name=f"measured roof: {name.removeprefix('measured: ')}",
                 line={"color": "#777777", "dash": "dot", "width": 2},
@@ -300,33 +296,36 @@ def step_chart(model, gpu, kv_dtype, rv):
     except MLAError as e:
         st.error(escape_md(str(e), 400))
         return
-    crossover, bx = sw.crossover, np.asarray(sw.batches)
+    crossover, bx = sw.crossover, list(sw.batches)
     fig_t, fig_r = go.Figure(), go.Figure()
-    for label, mine, s in sw.lines:  # plain dicts over numpy arrays: Plotly validates them far quicker
+    for label, mine, s in sw.lines:
         name = label + (" (this model)" if mine else "")
-        line = {"color": charts.color_for(label), "width": (4 if present else 3) if mine else (3 if present else 1.8)}
-        custom = np.array([[format_seconds(t), format_token_rate(r), "compute" if c else "memory"]
-                           for t, r, c in zip(s["step_time_s"], s["tokens_per_s"], s["compute_bound"])], dtype=object)
+        width = (4 if present else 3) if mine else (3 if present else 1.8)
+        custom = [[format_seconds(t), format_token_rate(r), "compute" if c else "memory"]
+                  for t, r, c in zip(s["step_time_s"], s["tokens_per_s"], s["compute_bound"])]
         hover = (f"{name}<br>batch %{{x:,}}<br>step %{{customdata[0]}}<br>%{{customdata[1]}}<br>"
                  "%{customdata[2]} bound<extra></extra>")
-        # Past the largest batch memory holds (views.step_sweep's cap) the curve goes grey and dotted.
-        fit = bx <= sw.fits_up_to if sw.fits_up_to is not None else np.ones(len(bx), dtype=bool)
-        past = ~fit
-        if past.any() and fit.any():
-            past[np.argmax(past) - 1] = True  # join the two pieces
-        for f, y in ((fig_t, np.asarray(s["step_time_s"]) * 1e3), (fig_r, np.asarray(s["tokens_per_s"]))):
-            if fit.any():
-                f.add_trace(dict(type="scatter", x=bx[fit].tolist(), y=y[fit].tolist(), mode="lines", name=name,
-                                 customdata=custom[fit], line=line, hovertemplate=hover))
-            if past.any():
-                f.add_trace(dict(type="scatter", x=bx[past].tolist(), y=y[past].tolist(), mode="lines",
-                                 name=f"{label}: does not fit in memory", customdata=custom[past],
-                                 line={"color": "#BBBBBB", "dash": "dot", "width": line["width"]},
-                                 hovertemplate=hover, showlegend=mine))
+        # Past the largest batch that fits in memory the curve goes on grey and dotted (views.step_sweep's `fits`).
+        fit = [j for j, ok in enumerate(s["fits"]) if ok]
+        over = [j for j, ok in enumerate(s["fits"]) if not ok]
+        parts = [(fit, name, {"color": charts.color_for(label), "width": width}, True)]
+        if over:
+            parts.append(([*fit[-1:], *over], f"{label}: does not fit in memory",
+                          {"color": "#aaaaaa", "width": width, "dash": "dot"}, mine))
+        for idx, trace_name, line, legend in parts:
+            if not idx:
+                continue
+            cd = [custom[j] for j in idx]
+            fig_t.add_trace(go.Scatter(x=[bx[j] for j in idx], y=[s["step_time_s"][j] * 1e3 for j in idx],
+                                 mode="lines", name=trace_name, customdata=cd, line=line, hovertemplate=hover,
+                                 showlegend=legend))
+            fig_r.add_trace(go.Scatter(x=[bx[j] for j in idx], y=[s["tokens_per_s"][j] for j in idx],
+                                 mode="lines", name=trace_name, customdata=cd, line=line, hovertemplate=hover,
+                                 showlegend=legend))
         if mine:
             for part, key, dash in (("memory time (bytes / bandwidth)", "memory_time_s", "dash"),
                                     ("compute time (flops / peak)", "compute_time_s", "dot")):
-                fig_t.add_trace(dict(type="scatter", x=bx, y=np.asarray(s[key]) * 1e3, mode="lines", name=part,
+                fig_t.add_trace(go.Scatter(x=bx, y=[t * 1e3 for t in s[key]], mode="lines", name=part,
                                      line={"color": "#777777", "dash": dash, "width": 2},
                                      hovertemplate=f"{part}<br>batch %{{x:,}}: %{{y:.4g}} ms<extra></extra>"))
     # Vertical markers as traces: on log axes Plotly puts shape labels (annotations) in log units.
@@ -334,16 +333,16 @@ def step_chart(model, gpu, kv_dtype, rv):
         ys = [y * scale for _, _, s in sw.lines for y in (min(s[key]), max(s[key]))]
         span = [min(ys), max(ys)]
         if crossover is not None:
-            f.add_trace(dict(type="scatter", x=[crossover, crossover], y=span, mode="lines",
+            f.add_trace(go.Scatter(x=[crossover, crossover], y=span, mode="lines",
                                    name=f"compute bound from batch {crossover:,}",
                                    line={"dash": "dash", "color": "#777777", "width": 1.5},
                                    hovertemplate=f"memory/compute crossover: batch {crossover:,}<extra></extra>"))
-        if sw.fits_up_to is not None:
-            f.add_trace(dict(type="scatter", x=[sw.fits_up_to, sw.fits_up_to], y=span, mode="lines",
-                             name=f"memory holds {sw.fits_up_to:,} sequences",
-                             line={"dash": "dashdot", "color": "#CC79A7", "width": 1.5},
-                             hovertemplate=f"largest batch that fits: {sw.fits_up_to:,}<extra></extra>"))
-        f.add_trace(dict(type="scatter", x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
+        if sw.cap is not None and 1 <= sw.cap <= bx[-1]:
+            f.add_trace(go.Scatter(x=[sw.cap, sw.cap], y=span, mode="lines",
+                             name=f"memory holds {sw.cap:,} sequences",
+                             line={"dash": "dashdot", "color": "#D55E00", "width": 1.5},
+                             hovertemplate=f"largest batch that fits at TP {tp}: {sw.cap:,}<extra></extra>"))
+        f.add_trace(go.Scatter(x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
                                line={"dash": "dot", "color": "#777777", "width": 1.5},
                                hovertemplate=f"batch {B:,} (sidebar)<extra></extra>"))
     charts.style(fig_t, title=f"Step time, lower bound ({format_tokens(T)}, TP {tp} share)",
@@ -370,7 +369,7 @@ def step_chart(model, gpu, kv_dtype, rv):
         f"= max(bytes / bandwidth, flops / peak at the weights' dtype, {format_rate(step['peak_flops'], 'FLOP/s')}). "
         "Bounds, not an engine's speed: activations, kernel launches and communication are left out. "
         + (f"The step turns compute bound at batch {crossover:,}." if crossover is not None
-           else f"Memory bound at every batch shown (up to {int(bx[-1]):,})."))
+           else f"Memory bound at every batch shown (up to {bx[-1]:,})."))
 
 
 def tp_chart(model, gpu, kv_dtype, rv):
@@ -390,14 +389,14 @@ def tp_chart(model, gpu, kv_dtype, rv):
              (f"{gqa_label}, TP (heads and KV heads split)", 3, charts.color_for(gqa_label), "solid"))
     for name, idx, color, dash in lines:
         rs = [row[idx] for row in tc.rows]
-        fig_tp.add_trace(dict(type="scatter",
+        fig_tp.add_trace(go.Scatter(
             x=degrees, y=[r["attention_intensity_flop_per_byte"] for r in rs], mode="lines+markers", name=name,
             line={"color": color, "dash": dash, "width": 4 if present else 2.5},
             customdata=[[format_intensity(r["attention_intensity_flop_per_byte"]), r["heads_per_gpu"], r["bound"]]
                         for r in rs],
             hovertemplate=f"{name}<br>TP %{{x}}: %{{customdata[0]}}, %{{customdata[1]}} query heads per GPU, "
                           "%{customdata[2]} bound<extra></extra>"))
-    fig_tp.add_trace(dict(type="scatter", x=[degrees[0], degrees[-1]], y=[ridge, ridge], mode="lines",
+    fig_tp.add_trace(go.Scatter(x=[degrees[0], degrees[-1]], y=[ridge, ridge], mode="lines",
                                 name=f"ridge point ({format_intensity(ridge)})",
                                 line={"dash": "dot", "color": "#777777"},
                                 hovertemplate=f"ridge {format_intensity(ridge)}: below it, memory bound<extra></extra>"))

