@@ -287,6 +287,15 @@ class LayerMap(Result):
     is_hybrid: bool
 
 
+def all_full_attention_bytes(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent",
+                             *, block_size: int | None = None) -> int:
+    """What one sequence of `context` tokens would hold if every layer (draft layers included)
+    were full attention of the model's attention shape, with no recurrent state (int bytes):
+    the hybrid's counterfactual on the KV page."""
+    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
+    return per_layer * len(model.layers) * tokens_held(context, None, block_size)
+
+
 def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
               state_dtype: str = "auto", block_size: int | None = None) -> LayerMap:
     """The model's layers one by one at `context` tokens (one sequence), for the layer map, with
@@ -301,8 +310,7 @@ def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layo
         kinds.setdefault(g.kind, g.label)
     kv = sum(c.kv_bytes for c in cells)
     state = sum(c.state_bytes for c in cells)
-    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
-    full = per_layer * len(model.layers) * tokens_held(context, None, block_size)
+    full = all_full_attention_bytes(model, context, kv_dtype, cache_layout, block_size=block_size)
     return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
                     model.is_hybrid)
 
@@ -362,7 +370,6 @@ def kv_report(
     state_seq = state_bytes_per_sequence(model, state_dtype)
     layout = cache_layout if model.is_mla else "kv_heads"
     all_layers = len(model.layers)
-    full_tokens = tokens_held(context, None, block_size)
     return KVReport(
         model=model.name,
         attention=model.kind,
@@ -388,7 +395,8 @@ def kv_report(
         state_bytes=batch * state_seq,
         cache_bytes=cache + batch * state_seq,
         all_full_attention_kv_bytes_per_token=per_layer * all_layers,
-        all_full_attention_cache_bytes=batch * per_layer * all_layers * full_tokens,
+        all_full_attention_cache_bytes=batch * all_full_attention_bytes(model, context, kv_dtype, cache_layout,
+                                                                        block_size=block_size),
         is_hybrid=model.is_hybrid,
         layers=tuple(layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype,
                                   block_size=block_size)),

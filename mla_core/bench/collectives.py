@@ -211,7 +211,9 @@ def run_collectives(sizes=None, ops=comm.OPS, device: str = "auto", dtype: str =
             dist.destroy_process_group()
     if rank != 0:
         return None
-    name = torch.cuda.get_device_name(tdev) if kind == "cuda" else _cpu_name()
+    from .device import cpu_name  # the kernel benchmark's name for this CPU
+
+    name = torch.cuda.get_device_name(tdev) if kind == "cuda" else cpu_name()
     nodes = len(set(hosts))
     notes = [f"{n} ranks on {nodes} node(s) ({', '.join(sorted(set(hosts)))[:200]}); each repetition's time is the "
              "slowest rank's; busbw = algbw x 2(n-1)/n (all_reduce) or (n-1)/n (the others), nccl-tests' definition"]
@@ -319,17 +321,6 @@ def _measure(op: str, size: int, n: int, dtype: str, tdtype, tdev, sync, warmup:
     return {"op": op, "dtype": dtype, "bytes": nbytes, "elements": elements, "median_s": median, "min_s": best,
             "reps": count, "warmup": max(1, warmup), "algbw_GBps": alg, "busbw_GBps": bus,
             "algbw_best_GBps": alg_best, "busbw_best_GBps": bus_best, "bus_factor": comm.bus_factor(op, n)}
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU"
 
 
 def _load_avg():

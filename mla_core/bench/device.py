@@ -138,7 +138,8 @@ def resolve_dtype(kind: str, dtype: str = "auto") -> str:
     return "fp32"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what platform says."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -234,7 +235,7 @@ def make_device(kind: str) -> Device:
             total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError, AttributeError):
             total = None
-    return Device("cpu", torch.device("cpu"), _cpu_name(), "cpu", total, cpu_llc_bytes(), None,
+    return Device("cpu", torch.device("cpu"), cpu_name(), "cpu", total, cpu_llc_bytes(), None,
                   cpus * hz * CPU_BYTES_PER_CYCLE, cpus * hz * CPU_LOWP_FLOP_PER_CYCLE,
                   cpus * hz * CPU_FP32_FLOP_PER_CYCLE, source, threads=torch.get_num_threads())
 

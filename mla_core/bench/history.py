@@ -61,6 +61,7 @@ import urllib.parse
 import warnings
 
 from .errors import BenchError
+from .runlock import pid_alive
 from .schema import validate_result
 
 
@@ -808,14 +809,6 @@ def end_run(start_id: int | None, outcome: str, *, path: str | None = None) -> N
         pass
 
 
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, ValueError, TypeError):
-        return False
-    return True
-
-
 def interrupted_runs(*, path: str | None = None) -> list[dict]:
     """Measurements that started and never finished because their process died (a killed server
     or command line): id, started_at, pid, host, source, what. A row of a live process on this
@@ -830,7 +823,7 @@ def interrupted_runs(*, path: str | None = None) -> list[dict]:
                            "ORDER BY id")
         rows = [dict(zip([c[0] for c in cur.description], r)) for r in cur.fetchall()]
     here = socket.gethostname()
-    return [r for r in rows if not (r["host"] == here and _alive(r["pid"]))]
+    return [r for r in rows if not (r["host"] == here and pid_alive(r["pid"]))]
 
 
 def acknowledge_interrupted(start_id: int, *, path: str | None = None) -> bool:

@@ -60,7 +60,8 @@ def _describe(info: dict | None) -> str:
             + (f", since {since}" if since else "") + ")")
 
 
-def _alive(pid) -> bool:
+def pid_alive(pid) -> bool:
+    """Whether a process of this id runs on this host (signal 0)."""
     try:
         os.kill(int(pid), 0)
     except (OSError, ValueError, TypeError):
@@ -82,7 +83,7 @@ def holder(history_path: str | None = None) -> dict | None:
         return None
     if not isinstance(info, dict):
         return None
-    if info.get("host") == socket.gethostname() and not _alive(info.get("pid")):
+    if info.get("host") == socket.gethostname() and not pid_alive(info.get("pid")):
         return None  # its process is gone (and with it the lock)
     return info
 
