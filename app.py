@@ -23,16 +23,20 @@ st.set_page_config(
 
 # URL paths differ from the file names on purpose: AppTest otherwise mistakes a page for a
 # pages/-folder page on reruns and skips this script (and the shared sidebar) altogether.
-# The default page is served at "/" whatever its url_path.
-PAGES = [
-    st.Page("pages/kv_cache.py", title="KV cache", icon=":material/database:", url_path="kv", default=True),  # served at /
-    st.Page("pages/capacity.py", title="Capacity", icon=":material/stacks:", url_path="concurrency"),
-    st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
-    st.Page("pages/serving.py", title="Serving plan", icon=":material/dns:", url_path="serving-plan"),
-    st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
-    st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:", url_path="published-figures"),
-    st.Page("pages/definitions.py", title="Definitions", icon=":material/menu_book:", url_path="definitions"),
-]
+# The default page is served at "/" whatever its url_path. Built once per session (st.Page
+# resolves its file on the disk: a millisecond of every rerun); one session reruns one at a time.
+PAGES = st.session_state.get("_ui_pages")
+if PAGES is None:
+    PAGES = st.session_state["_ui_pages"] = [
+        st.Page("pages/kv_cache.py", title="KV cache", icon=":material/database:", url_path="kv", default=True),
+        st.Page("pages/capacity.py", title="Capacity", icon=":material/stacks:", url_path="concurrency"),
+        st.Page("pages/roofline.py", title="Roofline", icon=":material/show_chart:", url_path="decode-roofline"),
+        st.Page("pages/serving.py", title="Serving plan", icon=":material/dns:", url_path="serving-plan"),
+        st.Page("pages/benchmark.py", title="Benchmark", icon=":material/timer:", url_path="measure"),
+        st.Page("pages/claims.py", title="Published figures", icon=":material/fact_check:",
+                url_path="published-figures"),
+        st.Page("pages/definitions.py", title="Definitions", icon=":material/menu_book:", url_path="definitions"),
+    ]
 page = st.navigation(PAGES)
 
 
@@ -42,7 +46,7 @@ with st.sidebar:
     options = params.model_options()
     if not st.session_state.get("config"):
         options = [o for o in options if o != params.UPLOAD]
-    labels = {k: models.model_label(k) for k in options}  # fixed for this run (AppTest formats later)
+    labels = models.sidebar_labels(options)  # fixed for this run (AppTest formats later)
     st.selectbox("Model", options, key="model", format_func=lambda k: labels.get(k, k),
                  on_change=whatif.reset,
                  help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there. "

@@ -7,7 +7,6 @@ mla_core.sweeps): `deployment` (widgets), `headline` (views.capacity_view), `mem
 views.configurations_by_context). Definitions: MODEL.md, "Capacity per GPU". In presentation
 mode the page is one slide: title, key numbers and requests against context first.
 """
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
@@ -19,7 +18,7 @@ from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_
 from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capacity_across_gpus, capacity_variants_view,
                             capacity_view, configuration, configurations_by_context, memory_bars, mode_name)
 from ui import charts, models, state
-from ui.text import csv_text, escape_md
+from ui.text import csv_text, escape_md, frame
 
 v = state.values()
 present = v["present"]
@@ -234,7 +233,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
                    else "each row's default (64 MLA, 16 others).")
                 + " GQA groups: the KV page's setting (default: the model's own, else 8).")
         req_col = f"whole requests of {format_tokens(T)}"
-        table = pd.DataFrame([{
+        table = frame([{
             "variant": r["variant"] + (" (this model)" if r["is_model"] else ""),
             "KV dtype": r["kv_dtype"],
             "weights per GPU": format_bytes(r["weights_bytes_per_gpu"]),
@@ -246,7 +245,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
             "KV bytes / this model's": round(r["kv_bytes_vs_model"], 3),
         } for r in cvv.rows])
         if present:  # a slide keeps the columns that carry the comparison
-            table = table[["variant", "KV per token per GPU", req_col, "requests / this model's"]]
+            table = table.select(["variant", "KV per token per GPU", req_col, "requests / this model's"])
         st.dataframe(table, hide_index=True)
         keys = ["variant", "is_model", "attention", "cache_layout", "kv_dtype", "weights_dtype", "block_size", "gpu",
                 "num_gpus", "tp", "dp_attention", "replicas", "context", "gpu_memory_utilization",

@@ -5,7 +5,6 @@ figure, the computation from the stated inputs and, where the figure differs, th
 replay of the slip. This page shows them; it computes nothing itself. Sections: `conventions`,
 `summary`, `filters`, `table`, `chart` and `details`, drawing what views.claims_view returns; in
 presentation mode the slide is the title, the summary numbers and the chart."""
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
@@ -13,7 +12,7 @@ from mla_core.claims import describe_expr, evaluate_all, format_figure, format_s
 from mla_core.errors import MLAError
 from mla_core.views import claims_view
 from ui import charts, state
-from ui.text import csv_text, escape_md
+from ui.text import csv_text, escape_md, frame
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
 
@@ -73,9 +72,9 @@ def summary(cv):
 
 def breakdown(cv):
     s = cv.summary
-    by_topic = pd.DataFrame([{"topic": g["topic"], "claims": g["claims"], "reproduced": g["reproduced"],
+    by_topic = frame([{"topic": g["topic"], "claims": g["claims"], "reproduced": g["reproduced"],
                               "differ": g["differs"]} for g in s["by_topic"]])
-    by_source = pd.DataFrame([{"source": f'{cv.titles.get(g["source"], g["source"])} ({g["source"][:3]})',
+    by_source = frame([{"source": f'{cv.titles.get(g["source"], g["source"])} ({g["source"][:3]})',
                                "claims": g["claims"], "reproduced": g["reproduced"], "differ": g["differs"]}
                               for g in s["by_source"]])
     c1, c2 = st.columns(2)
@@ -111,7 +110,7 @@ SLIDE_COLUMNS = ["verdict", "stated", "recomputed", "claim (paraphrased)"]
 
 def table(cv):
     st.caption(f"Showing {len(cv.shown)} of {cv.summary['total']} claims.")
-    df = pd.DataFrame([{
+    df = frame([{
         "verdict": c["verdict"],
         "stated": format_stated(c["stated"]),
         "recomputed": format_figure(c["computed"], c["stated"]["unit"]),
@@ -124,7 +123,7 @@ def table(cv):
         "id": c["id"],
     } for c in cv.shown], columns=COLUMNS)
     if present:  # a slide keeps the columns that carry the verdict
-        df = df[SLIDE_COLUMNS]
+        df = df.select(SLIDE_COLUMNS)
     st.dataframe(df, hide_index=True, column_config={
         "claim (paraphrased)": st.column_config.TextColumn(width="large"),
         "reason": st.column_config.TextColumn(width="large"),
@@ -167,29 +166,41 @@ def chart(cv):
     charts.show(fig, "published-figures", key="_claims_chart")
 
 
+def _fenced(text: str) -> str:
+    """`text` as a Markdown code block (a fence longer than any backtick run inside it)."""
+    longest = 0
+    run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
 def details(cv):
-    """Each differing claim in detail, with the replay of its slip."""
+    """Each differing claim in detail, with the replay of its slip: one expander per claim
+    holding one Markdown block (an element per line would be 6 of the page's ~240 messages
+    per claim, each a cost on every rerun)."""
     if cv.differing:
         st.subheader(f"The {len(cv.differing)} differing claim(s) in detail")
     for c in cv.differing:
         unit = c["stated"]["unit"]
         title = f"{c['id']}: stated {format_stated(c['stated'])}, recomputed {format_figure(c['computed'], unit)}"
+        parts = [f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
+                 f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
+                 f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
+                 f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}",
+                 "*Recomputed as*",
+                 _fenced(f"{describe_expr(c['compute'])}\n= {format_figure(c['computed'], unit)}")]
+        if "as_claimed" in c:
+            verdict = ("reproduces the stated figure" if c.get("reason_confirmed")
+                       else "does not reproduce the stated figure within its printed digits")
+            parts += [f"*Replay of the slip ({verdict})*",
+                      _fenced(f"{describe_expr(c['as_claimed'])}\n= {format_figure(c['as_claimed_value'], unit)}")]
+        else:
+            parts.append("No replay: no convention or slip tried gives the stated figure.")
         with st.expander(title):
-            st.markdown(f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
-                        f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
-                        f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
-                        f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}")
-            st.caption("Recomputed as")
-            st.code(f"{describe_expr(c['compute'])}\n= {format_figure(c['computed'], unit)}", language=None,
-                    wrap_lines=True)
-            if "as_claimed" in c:
-                verdict = ("reproduces the stated figure" if c.get("reason_confirmed")
-                           else "does not reproduce the stated figure within its printed digits")
-                st.caption(f"Replay of the slip ({verdict})")
-                st.code(f"{describe_expr(c['as_claimed'])}\n= {format_figure(c['as_claimed_value'], unit)}",
-                        language=None, wrap_lines=True)
-            else:
-                st.caption("No replay: no convention or slip tried gives the stated figure.")
+            st.markdown("\n\n".join(parts))
 
 
 @st.cache_data(show_spinner=False)
@@ -220,7 +231,7 @@ def accuracy():
         METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
                         "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
                         "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
-        st.dataframe(pd.DataFrame([{
+        st.dataframe(frame([{
             "figure": r["id"], "efficiency": f"{r['efficiency']:.1%}",
             "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
             "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
@@ -249,7 +260,7 @@ def accuracy():
         st.error(escape_md(f"Engine runs could not be read: {e}", 400))
     else:
         if engine_rows:
-            st.dataframe(pd.DataFrame(engine_rows), hide_index=True,
+            st.dataframe(frame(engine_rows), hide_index=True,
                          column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
         else:
             st.info("No engine run imported yet: import a `vllm bench serve --save-result` JSON or an SGLang "

@@ -5,7 +5,6 @@ Sections, each drawing what one core call returns: `model_source` (upload, paste
 model column), `variants` (views.kv_variants) and `context_chart` (views.kv_sweep). In
 presentation mode the page is one slide: title, key numbers, the chart; controls follow.
 """
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
@@ -17,7 +16,7 @@ from mla_core.units import GiB, format_bytes, format_tokens
 from mla_core.views import kv_summary, kv_sweep, kv_variants
 from mla_core.whatif import hand_set_values
 from ui import charts, layer_map, models, params, state, text, whatif
-from ui.text import csv_text, escape_md
+from ui.text import csv_text, escape_md, frame
 
 v = state.values()
 present = v["present"]
@@ -202,9 +201,9 @@ def variants(model, kv_dtype):
         "MHA / this": round(r["vs_mha"], 2),
         "as GQA groups": round(r["gqa_groups_equivalent"], 3),
     } for r in k.rows]
-    table = pd.DataFrame(rows)
+    table = frame(rows)
     if present:  # a slide keeps the columns that carry the comparison
-        table = table[["variant", "per token", f"batch x {format_tokens(T)}", "MHA / this"]]
+        table = table.select(["variant", "per token", f"batch x {format_tokens(T)}", "MHA / this"])
     st.dataframe(table, hide_index=True)
     csv = csv_text([{
         "variant": r["variant"], "is_model": r["is_model"], "kv_heads": r["kv_heads"], "kv_dtype": r["kv_dtype"],

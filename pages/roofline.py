@@ -7,7 +7,6 @@ mla_core.sweeps; docs/model.md, "Decode step roofline"): `gpu_choice` (views.roo
 (views.step_sweep) and `tp_chart` (views.tp_comparison). Measured points come from the benchmark
 page's result (ui.measured). In presentation mode the page is one slide: title, key numbers and
 the roofline chart first."""
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
@@ -18,7 +17,7 @@ from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_in
                             format_seconds, format_token_rate, format_tokens)
 from mla_core.views import measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison
 from ui import charts, measured, models, params, state, whatif
-from ui.text import csv_text, escape_md
+from ui.text import csv_text, escape_md, frame
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)
 
@@ -266,9 +265,9 @@ def variants_table(rv, gpu):
         "time lower bound": format_seconds(p.result["attention_time_s"]),
         "bound": p.result["bound"],
     } for p in rv.points]
-    table = pd.DataFrame(rows)
+    table = frame(rows)
     if present:  # a slide keeps the columns that carry the comparison
-        table = table[["variant", "intensity (flop/B)", "time lower bound", "bound"]]
+        table = table.select(["variant", "intensity (flop/B)", "time lower bound", "bound"])
     st.dataframe(table, hide_index=True)
     csv = csv_text([{
         "variant": p.label, "is_model": p.is_model, "kv_dtype": p.kv_dtype,
@@ -406,7 +405,7 @@ def tp_chart(model, gpu, kv_dtype, rv):
     fig_tp.update_xaxes(tickvals=degrees, ticktext=[str(t) for t in degrees])
     _legend_below(fig_tp, rows=2)
     charts.show(fig_tp, "tp-vs-dp-attention", key="_tp_chart")
-    tp_table = pd.DataFrame([{
+    tp_table = frame([{
         "TP": t,
         "query heads per GPU (TP)": r_tp["heads_per_gpu"],
         f"{mla_label}, TP (flop/B)": round(r_tp["attention_intensity_flop_per_byte"], 2),

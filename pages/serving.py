@@ -5,7 +5,6 @@ Every number comes from one call, mla_core.serving.search (docs/model.md, "Servi
 reads the shared state, calls it and draws."""
 import html
 
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
@@ -14,7 +13,7 @@ from mla_core.serving import Workload, search
 from mla_core.units import WEIGHT_DTYPES, format_count, format_seconds
 from ui import charts, models, state
 from ui.collectives import LINK_KEY
-from ui.text import escape_md
+from ui.text import csv_text, escape_md, frame
 
 v = state.values()
 present = v["present"]
@@ -171,8 +170,8 @@ for s in plan.splits:
         "$ per M output": _usd(b.usd_per_million_output_tokens) if b else "",
         "what binds": (b.limit if b else s.reason),
     })
-st.dataframe(pd.DataFrame(rows), hide_index=True)
-st.download_button("Download every point (CSV)", pd.DataFrame([p.to_dict() for p in plan.points]).to_csv(index=False),
+st.dataframe(frame(rows), hide_index=True)
+st.download_button("Download every point (CSV)", csv_text([p.to_dict() for p in plan.points]),
                    file_name="serving_plan_points.csv", mime="text/csv")
 st.caption("What binds: capacity (memory holds no larger batch), tpot or ttft (the objective stops the batch), "
            "or the decode step's bound (memory, compute, communication) when the batch is given.")

@@ -11,7 +11,7 @@ from mla_core.units import format_rate, format_seconds
 from . import charts, measured
 from .bench_common import GB, H200_SCRIPT, TFLOP, load
 from .charts import go
-from .text import escape_md
+from .text import escape_md, frame
 
 ss = st.session_state
 
@@ -70,7 +70,7 @@ def compare(cat, present: bool) -> None:
                     line[f"{name}: predicted / measured"] = (f"{cell['model_accuracy']:.2f}"
                                                              if cell and cell["model_accuracy"] else "")
                 cmp_table.append(line)
-            st.dataframe(pd.DataFrame(cmp_table), hide_index=True)
+            st.dataframe(frame(cmp_table), hide_index=True)
             st.download_button("Download the comparison (CSV)", pd.DataFrame([
                 {"kernel": row["kernel"], "match_shape": row["shape_text"], "run": name, **(row["runs"][name] or {})}
                 for row in cmp_rows for name, _ in named]).to_csv(index=False), file_name="benchmark_comparison.csv",
@@ -97,6 +97,6 @@ def compare(cat, present: bool) -> None:
                          log_y=True, present=present)
             fig3.update_layout(barmode="group")
             charts.show(fig3, "benchmark-comparison", key="_bench_cmp_chart")
-            st.dataframe(pd.DataFrame(head), hide_index=True)
+            st.dataframe(frame(head), hide_index=True)
             st.caption("Each device ran its own shapes (see the shape columns): compare achieved rates across devices; "
                        "compare times only between equal shapes ('Match kernels by shape too').")

@@ -2,7 +2,6 @@
 result JSON, select, show, compare, export and delete runs."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from mla_core.bench import history
@@ -11,7 +10,7 @@ from mla_core.errors import MLAError
 
 from . import measured
 from .bench_common import H200_SCRIPT, flush, history_status, notices, say, set_shown
-from .text import display_path, escape_md
+from .text import display_path, escape_md, frame
 
 ss = st.session_state
 
@@ -115,7 +114,7 @@ def history_section(cat) -> None:
     if not runs:
         st.info("No runs saved yet: run the benchmark or import a result.")
     else:
-        st.dataframe(pd.DataFrame([{
+        st.dataframe(frame([{
             "id": r["id"], "saved (UTC)": str(r["saved_at"])[:19], "measured (UTC)": str(r.get("created") or "")[:19],
             "device": measured.clean_text(r.get("device_name") or "", 60), "kind": r.get("device_kind") or "",
             "dtype": r.get("dtype") or "", "source": r["source"], "label": measured.clean_text(r.get("label") or "", 80),

@@ -2,7 +2,6 @@
 kernel with its prediction (mla_core.bench.report), and the measured roofline."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from mla_core.bench import report
@@ -12,7 +11,7 @@ from mla_core.units import format_bytes, format_count, format_intensity, format_
 from . import bench_model, bench_runs, charts, measured
 from .bench_common import GB, MAX_MESSAGES, TFLOP, flush, load, set_shown
 from .charts import go
-from .text import escape_md
+from .text import csv_text, escape_md, frame
 
 ss = st.session_state
 
@@ -84,7 +83,7 @@ def _details(shown: dict, rows: list, cs: dict, present: bool) -> None:
         (st.success if chk["ok"] else st.warning)(escape_md(text, 300))
 
     # The table: every kernel, with the prediction and the shares of the measured ceilings.
-    table = pd.DataFrame([{
+    table = frame([{
         "kernel": r["kernel"],
         "dtype": r["dtype"],
         "shape": r["shape_text"],
@@ -105,10 +104,10 @@ def _details(shown: dict, rows: list, cs: dict, present: bool) -> None:
         "share of measured bandwidth": st.column_config.NumberColumn(format="percent"),
         "share of measured matmul": st.column_config.NumberColumn(format="percent"),
     })
-    csv = pd.DataFrame([{k: r[k] for k in (
+    csv = csv_text([{k: r[k] for k in (
         "kernel", "dtype", "shape_text", "median_s", "min_s", "reps", "bytes", "flops", "intensity_flop_per_byte",
         "achieved_GBps", "achieved_TFLOPs", "predicted_s", "predicted_bound", "predicted_TFLOPs", "model_accuracy",
-        "bandwidth_share", "compute_share", "max_rel_err", "rel_err_tolerance")} for r in rows]).to_csv(index=False)
+        "bandwidth_share", "compute_share", "max_rel_err", "rel_err_tolerance")} for r in rows])
     st.download_button("Download the table (CSV)", csv, file_name="benchmark_result.csv", mime="text/csv",
                        key="_bench_table_csv")
     st.caption("Model accuracy = predicted / measured time, the prediction being max(bytes / measured bandwidth, "

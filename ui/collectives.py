@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
@@ -20,7 +19,7 @@ from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_seconds
 
 from . import charts
-from .text import escape_md
+from .text import escape_md, frame
 
 LINK_KEY = "bench_link_bandwidth"  # what the serving pages read
 COMMAND = "torchrun --nproc-per-node 8 -m mla_core bench collectives --save"
@@ -86,7 +85,7 @@ def section(present: bool = False) -> None:
         return
     st.caption(f"{view.world_size} ranks on {view.nodes} node(s), {escape_md(view.backend)} on "
                f"**{escape_md(view.device_name, 100)}**, {escape_md(view.dtype)}.")
-    st.dataframe(pd.DataFrame([{
+    st.dataframe(frame([{
         "op": r.op, "size": r.size_text, "median": format_seconds(r.median_s), "best": format_seconds(r.min_s),
         "algbw (GB/s)": r.algbw_GBps, "busbw (GB/s)": r.busbw_GBps, "busbw best (GB/s)": r.busbw_best_GBps,
         "reps": r.reps} for r in view.rows]), hide_index=True,

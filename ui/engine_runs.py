@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-import pandas as pd
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
@@ -22,7 +21,7 @@ from mla_core.units import format_seconds
 from . import charts
 from .collectives import LINK_KEY
 from .state import values
-from .text import escape_md
+from .text import escape_md, frame
 
 METRIC_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "output_tokens_per_s": "output tokens/s"}
 
@@ -132,7 +131,7 @@ def section(present: bool = False) -> None:
                          "measured": _fmt(m.name, m.measured), "predicted": _fmt(m.name, m.predicted),
                          "error (%)": m.error_pct, "beats the bound": "MODELLING ERROR" if m.beats_bound else "",
                          "plan bound": p.bound or ""})
-    st.dataframe(pd.DataFrame(rows), hide_index=True,
+    st.dataframe(frame(rows), hide_index=True,
                  column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
     st.caption("error = (predicted - measured) / measured. " + " ".join(
         escape_md(n, 300) for n in dict.fromkeys([p.ttft_basis for p in cmp.points] + list(cmp.notes))))

@@ -1,6 +1,8 @@
 """The model, GPU and settings the pages use, from the shared state (no arithmetic here)."""
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
 from mla_core.config import parse_config
@@ -15,17 +17,20 @@ from . import params
 from .text import escape_md
 
 
-@st.cache_resource(show_spinner=False)
+# The presets are files of the clone that never change while the server runs: plain
+# functools caches, since a Streamlit cache hit (hashing the arguments, copying the result)
+# costs about 0.1 ms and the sidebar asks for every preset's label on every rerun.
+@functools.lru_cache(maxsize=None)
 def preset(preset_id: str) -> ModelSpec:
     return load_model(preset_id)
 
 
-@st.cache_resource(show_spinner=False)
+@functools.lru_cache(maxsize=None)
 def gpu_preset(gpu_id: str) -> GPU:
     return load_gpu(gpu_id)
 
 
-@st.cache_data(show_spinner=False)
+@functools.lru_cache(maxsize=1)
 def model_labels() -> dict[str, str]:
     out = {}
     for key, entry in model_entries().items():
@@ -47,7 +52,13 @@ def model_label(key: str) -> str:
     return model_labels().get(key, key)
 
 
-@st.cache_data(show_spinner=False)
+def sidebar_labels(options: list[str]) -> dict[str, str]:
+    """The sidebar's label of each model choice in `options` (model_label of each)."""
+    labels = model_labels()
+    return {k: (model_label(k) if k == params.UPLOAD else labels.get(k, k)) for k in options}
+
+
+@functools.lru_cache(maxsize=1)
 def gpu_labels() -> dict[str, str]:
     return {k: e["name"] for k, e in gpu_entries().items()}
 
