@@ -13,7 +13,7 @@ DeepSeek-V3 671.0 B; DeepSeek-V2 235.7 B; DeepSeek-V2-Lite 15.7 B; Kimi-K2 1.03 
 """
 from __future__ import annotations
 
-from .spec import ModelSpec
+from .spec import ModelSpec, model_memo
 
 
 def attention_params_per_layer(model: ModelSpec) -> int:
@@ -84,6 +84,10 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     `indexer`, `norms` (layer norms + final norm), `mlp_dense`, `moe_router`, `moe_shared`,
     `moe_routed` (every routed expert of every MoE layer).
     """
+    return dict(model_memo(model, "param_breakdown", lambda: _param_breakdown(model)))
+
+
+def _param_breakdown(model: ModelSpec) -> dict[str, int]:
     h, layers = model.hidden_size, model.num_hidden_layers
     embed = (model.vocab_size or 0) * h
     norm = h * (2 if model.norm_with_bias else 1)
@@ -194,7 +198,7 @@ def draft_layer_params(model: ModelSpec) -> int:
 
 def params_total(model: ModelSpec) -> int:
     """All parameters of the model (int); see the module docstring for what counts."""
-    return sum(param_breakdown(model).values())
+    return model_memo(model, "params_total", lambda: sum(param_breakdown(model).values()))
 
 
 def attention_side_params(model: ModelSpec) -> int:

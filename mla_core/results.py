@@ -32,7 +32,7 @@ class Result:
         return [f.name for f in fields(self)]
 
     def __getitem__(self, key: str):
-        if not isinstance(key, str) or key not in self.keys():
+        if not isinstance(key, str) or key not in self.__dataclass_fields__:
             raise KeyError(key)
         return getattr(self, key)
 
@@ -43,7 +43,7 @@ class Result:
         return len(fields(self))
 
     def __contains__(self, key) -> bool:
-        return isinstance(key, str) and key in self.keys()
+        return isinstance(key, str) and key in self.__dataclass_fields__
 
     def get(self, key: str, default=None):
         return getattr(self, key) if key in self else default

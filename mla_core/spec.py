@@ -25,6 +25,24 @@ from .errors import MLAError
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
 
 
+def model_memo(model, key, make):
+    """`make()` computed once per model instance and kept on it (`key`: a hashable name).
+
+    A ModelSpec is frozen and its fields immutable, so anything derived from it alone (layer
+    groups, parameter counts) holds for its lifetime; pages ask for them many times a rerun.
+    The cache lives in the instance's own `__dict__` (not a field: equality, hashing, repr
+    and `dataclasses.replace` ignore it, and a replaced model starts empty)."""
+    memo = model.__dict__.get("_memo")
+    if memo is None:
+        memo = {}
+        object.__setattr__(model, "_memo", memo)
+    try:
+        return memo[key]
+    except KeyError:
+        value = memo[key] = make()
+        return value
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """Attention shape of one decoder layer (all layers share it).
@@ -288,17 +306,23 @@ class ModelSpec:
 
     def cache_groups(self) -> list[CacheGroup]:
         """Equal layers grouped, in first-seen order (`CacheGroup`s)."""
+        return list(model_memo(self, "cache_groups", self._cache_groups))
+
+    def _cache_groups(self) -> tuple[CacheGroup, ...]:
         counts: dict[LayerSpec, list[int]] = {}
         for i, layer in enumerate(self.layers):
             if layer in counts:
                 counts[layer][0] += 1
             else:
                 counts[layer] = [1, i]
-        return [CacheGroup(layer, n, first) for layer, (n, first) in counts.items()]
+        return tuple(CacheGroup(layer, n, first) for layer, (n, first) in counts.items())
 
     def window_groups(self) -> list[tuple[int | None, int]]:
         """[(window or None, caches of the attention shape)] over layers holding per-token KV,
         in first-seen order: what per-token arithmetic sums over."""
+        return list(model_memo(self, "window_groups", self._window_groups))
+
+    def _window_groups(self) -> tuple[tuple[int | None, int], ...]:
         counts: dict[int | None, int] = {}
         for layer in self.layers:
             rule = ATTENTION_LAYER_KINDS[layer.attention]["tokens"]
@@ -306,12 +330,12 @@ class ModelSpec:
                 continue
             w = layer.window if rule == "window" else None
             counts[w] = counts.get(w, 0) + layer.kv_caches
-        return list(counts.items())
+        return tuple(counts.items())
 
     @property
     def kv_layers(self) -> int:
         """Per-token caches of the attention shape, summed over layers (LongCat counts 2 a layer)."""
-        return sum(n for _, n in self.window_groups())
+        return sum(n for _, n in model_memo(self, "window_groups", self._window_groups))
 
     @property
     def recurrent_layers(self) -> int:

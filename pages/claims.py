@@ -11,7 +11,7 @@ import streamlit as st
 from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated
 from mla_core.errors import MLAError
 from mla_core.views import claims_view
-from ui import charts, state
+from ui import charts, layout, state
 from ui.text import csv_text, escape_md, frame
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
@@ -62,7 +62,7 @@ def _filters_state() -> dict:
 def summary(cv):
     """The four counts, then (at a desk) the counts by topic and by source."""
     s = cv.summary
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4 = layout.row(4)
     m1.metric("Claims checked", f"{s['total']}")
     m2.metric("Reproduced", f"{s['reproduced']}")
     m3.metric("Differ", f"{s['differs']}")
@@ -223,7 +223,7 @@ def accuracy():
     except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
         st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
     else:
-        a1, a2, a3 = st.columns(3)
+        a1, a2, a3 = layout.row(3)
         a1.metric("Published figures checked", f"{acc['cases']}")
         a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
         if acc["cases"]:

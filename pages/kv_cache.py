@@ -15,7 +15,7 @@ from mla_core.presets import model_ids
 from mla_core.units import GiB, format_bytes, format_tokens
 from mla_core.views import kv_summary, kv_sweep, kv_variants
 from mla_core.whatif import hand_set_values
-from ui import charts, layer_map, models, params, state, text, whatif
+from ui import charts, layer_map, layout, models, params, state, text, whatif
 from ui.text import csv_text, escape_md, frame
 
 v = state.values()
@@ -152,7 +152,7 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int
     ]
     metrics = [metrics[i] for i in only]
     for i in range(0, len(metrics), columns):
-        for col, (label, n, what) in zip(st.columns(columns), metrics[i:i + columns]):
+        for col, (label, n, what) in zip(layout.row(min(columns, len(metrics) - i)), metrics[i:i + columns]):
             col.metric(label + tag, format_bytes(n), help=f"{n:,} B: {what}")
     return s
 
