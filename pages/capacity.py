@@ -389,26 +389,39 @@ def other_configurations(cv):
     return out
 
 
+CONFIGS_KEY = "_capacity_configs_open"
+
+
 def compare(model, gpu, cv, configs):
-    """Configurations side by side (views.configurations_by_context)."""
+    """Configurations side by side (views.configurations_by_context). Their controls are drawn
+    while their expander is open (open at first when the link sets configuration 2 or 3)."""
     st.subheader("Compare configurations")
-    with st.expander("Configurations 2 and 3: each its own model, GPU and parallelism", expanded=not present):
-        st.button("Example: 128K-token requests on 8 H200 at fp8 KV: DeepSeek-V3 with TP8 (1), Llama-3.1-405B with "
-                  "TP8 (2), DeepSeek-V3 with DP-attention (3)", on_click=_example)
-        labels, gpu_labels = models.model_labels(), models.gpu_labels()
-        for i, col in zip((2, 3), st.columns(2)):
-            with col:
-                st.selectbox(f"Configuration {i}: model", ["", *model_ids()], key=f"cmp{i}_model",
-                             format_func=lambda k: "(off)" if not k else labels.get(k, k))
-                st.selectbox(f"Configuration {i}: GPU", gpu_ids(), key=f"cmp{i}_gpu",
-                             format_func=lambda k: gpu_labels.get(k, k))
-                c1, c2 = st.columns(2)
-                c1.number_input(f"Configuration {i}: GPUs", 1, 4096, step=1, key=f"cmp{i}_num_gpus")
-                c2.number_input(f"Configuration {i}: tp", 1, 4096, step=1, key=f"cmp{i}_tp")
-                c1.toggle(f"Configuration {i}: DP-attention", key=f"cmp{i}_dp_attention")
-                c2.selectbox(f"Configuration {i}: KV dtype", KV_DTYPES, key=f"cmp{i}_kv_dtype")
-        st.caption("Shared with configuration 1: context, gpu_memory_utilization, reserve, weights dtype (auto = each "
-                   "model's own), block size (default = each model's). Memory is each preset's figure read as GiB.")
+    box = layout.lazy_expander("Configurations 2 and 3: each its own model, GPU and parallelism", CONFIGS_KEY,
+                               expanded=bool(configs) and not present)
+    if box.open:
+        with box:
+            st.button("Example: 128K-token requests on 8 H200 at fp8 KV: DeepSeek-V3 with TP8 (1), Llama-3.1-405B "
+                      "with TP8 (2), DeepSeek-V3 with DP-attention (3)", on_click=_example)
+            labels, gpu_labels = models.model_labels(), models.gpu_labels()
+            for i, col in zip((2, 3), st.columns(2)):
+                with col:
+                    st.selectbox(f"Configuration {i}: model", ["", *model_ids()], key=f"cmp{i}_model",
+                                 format_func=lambda k: "(off)" if not k else labels.get(k, k))
+                    st.selectbox(f"Configuration {i}: GPU", gpu_ids(), key=f"cmp{i}_gpu",
+                                 format_func=lambda k: gpu_labels.get(k, k))
+                    c1, c2 = st.columns(2)
+                    c1.number_input(f"Configuration {i}: GPUs", 1, 4096, step=1, key=f"cmp{i}_num_gpus")
+                    c2.number_input(f"Configuration {i}: tp", 1, 4096, step=1, key=f"cmp{i}_tp")
+                    c1.toggle(f"Configuration {i}: DP-attention", key=f"cmp{i}_dp_attention")
+                    c2.selectbox(f"Configuration {i}: KV dtype", KV_DTYPES, key=f"cmp{i}_kv_dtype")
+            st.caption("Shared with configuration 1: context, gpu_memory_utilization, reserve, weights dtype (auto = "
+                       "each model's own), block size (default = each model's). Memory is each preset's figure read "
+                       "as GiB.")
+    _compare_results(model, gpu, cv, configs)
+
+
+def _compare_results(model, gpu, cv, configs):
+    """Each configuration's numbers side by side, and the chart of all of them."""
     every = [Configuration(1, model, gpu, cv.num_gpus, cv.tp, cv.dp_attention, cv.main, (), cv.no_fit), *configs]
     for c, col in zip(every, st.columns(len(every))):
         with col:
@@ -432,7 +445,8 @@ def compare(model, gpu, cv, configs):
                       help=f"{r['weights_bytes_per_gpu']:,} B as {r['weights_dtype']}")
     ready = [c for c in every if c.result is not None]
     if len(ready) < 2:
-        st.caption("Pick a model for configuration 2 or 3 above (or load the example) to compare.")
+        st.caption("Open \"Configurations 2 and 3\" above and pick a model for either (or load the example) to "
+                   "compare.")
         return
     contexts, counts = configurations_by_context(ready, T)
     fig = go.Figure()

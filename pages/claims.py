@@ -177,21 +177,30 @@ def _fenced(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
+DETAILS_KEY = "_claims_details_open"
+
+
 def details(cv):
-    """Each differing claim in detail, with the replay of its slip: one expander per claim
-    holding one Markdown block (an element per line would be 6 of the page's ~240 messages
-    per claim, each a cost on every rerun)."""
-    if cv.differing:
-        st.subheader(f"The {len(cv.differing)} differing claim(s) in detail")
+    """Each differing claim in detail, with the replay of its slip. One expander drawn only
+    when opened (on_change="rerun": its text costs nothing on the reruns of a closed page);
+    inside it one Markdown block, a heading per claim."""
+    if not cv.differing:
+        return
+    box = st.expander(f"The {len(cv.differing)} differing claim(s) in detail: the computation and the replay of "
+                      "each slip", key=DETAILS_KEY, on_change="rerun")
+    if not box.open:
+        return
+    parts = []
     for c in cv.differing:
         unit = c["stated"]["unit"]
-        title = f"{c['id']}: stated {format_stated(c['stated'])}, recomputed {format_figure(c['computed'], unit)}"
-        parts = [f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
-                 f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
-                 f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
-                 f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}",
-                 "*Recomputed as*",
-                 _fenced(f"{describe_expr(c['compute'])}\n= {format_figure(c['computed'], unit)}")]
+        parts += [f"#### {escape_md(c['id'])}: stated {escape_md(format_stated(c['stated']))}, recomputed "
+                  f"{escape_md(format_figure(c['computed'], unit))}",
+                  f"**Claim** (paraphrased): {escape_md(c['claim'], 600)}  \n"
+                  f"**Source**: {escape_md(c['source'].get('title', ''))} ({escape_md(c['source']['seed'])})  \n"
+                  f"**Inputs**: {escape_md(c.get('inputs', ''), 600)}  \n"
+                  f"**Reason found**: {escape_md(c.get('reason', ''), 1000)}",
+                  "*Recomputed as*",
+                  _fenced(f"{describe_expr(c['compute'])}\n= {format_figure(c['computed'], unit)}")]
         if "as_claimed" in c:
             verdict = ("reproduces the stated figure" if c.get("reason_confirmed")
                        else "does not reproduce the stated figure within its printed digits")
@@ -199,8 +208,8 @@ def details(cv):
                       _fenced(f"{describe_expr(c['as_claimed'])}\n= {format_figure(c['as_claimed_value'], unit)}")]
         else:
             parts.append("No replay: no convention or slip tried gives the stated figure.")
-        with st.expander(title):
-            st.markdown("\n\n".join(parts))
+    with box:
+        st.markdown("\n\n".join(parts))
 
 
 @st.cache_data(show_spinner=False)
@@ -238,10 +247,10 @@ def accuracy():
             "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
             "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
         } for r in acc["rows"]]), hide_index=True)
-        with st.expander("Sources and assumptions"):
-            for r in acc["rows"]:
-                st.markdown(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
-                            f"  _{escape_md(r['assumptions'], 600)}_")
+        sources = st.expander("Sources and assumptions", key="_claims_sources_open", on_change="rerun")
+        if sources.open:  # drawn only when opened
+            sources.markdown("\n".join(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
+                                        f"  _{escape_md(r['assumptions'], 600)}_" for r in acc["rows"]))
 
 
     # --- accuracy against the user's own engine runs (imported on the Benchmark page) -------------------

@@ -157,6 +157,25 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int
     return s
 
 
+COMPARISON_KEYS = ("gqa_groups", "cmp_kv_lora_rank", "cmp_rope_dim", "block_size", "cache_layout")
+
+
+def comparison_settings(box, k):
+    """The comparison's own widgets (state keys COMPARISON_KEYS) in `box`."""
+    with box:
+        c1, c2, c3, c4, c5 = st.columns(5)
+        c1.selectbox("GQA groups (KV heads)", k.gqa_choices, key="gqa_groups",
+                     format_func=lambda g: f"default ({k.default_gqa_groups})" if g == 0 else str(g))
+        c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, key="cmp_kv_lora_rank")
+        c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, key="cmp_rope_dim")
+        c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), key="block_size",
+                     format_func=lambda n: "no rounding" if n == 0 else str(n))
+        if k.model_is_mla:
+            c5.radio("MLA cache layout", ["latent", "expanded"], key="cache_layout",
+                     help="latent: (d_c + d_r) per token per layer (absorbed path, MLA-aware engines). "
+                          "expanded: per-head K and V (the naive path; engines without MLA support).")
+
+
 def variants(model, kv_dtype):
     """The same width as MHA, GQA, MQA and MLA (views.kv_variants): sentence, table, CSV."""
     try:
@@ -169,18 +188,13 @@ def variants(model, kv_dtype):
         text.warning(w)
     if v["gqa_groups"] != k.gqa_groups:  # refused: the widget shows the default used
         st.session_state["gqa_groups"] = k.gqa_groups
-    with st.expander("Comparison settings", expanded=not present):
-        c1, c2, c3, c4, c5 = st.columns(5)
-        c1.selectbox("GQA groups (KV heads)", k.gqa_choices, key="gqa_groups",
-                     format_func=lambda g: f"default ({k.default_gqa_groups})" if g == 0 else str(g))
-        c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, key="cmp_kv_lora_rank")
-        c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, key="cmp_rope_dim")
-        c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), key="block_size",
-                     format_func=lambda n: "no rounding" if n == 0 else str(n))
-        if k.model_is_mla:
-            c5.radio("MLA cache layout", ["latent", "expanded"], key="cache_layout",
-                     help="latent: (d_c + d_r) per token per layer (absorbed path, MLA-aware engines). "
-                          "expanded: per-head K and V (the naive path; engines without MLA support).")
+    # Drawn while open: open at first on a desk when the link sets one of them (else closed,
+    # so a slider move does not pay for five widgets nobody looks at).
+    changed = any(v[key] != params.PARAMS[key].default for key in COMPARISON_KEYS)
+    box = layout.lazy_expander("Comparison settings: GQA groups, MLA d_c and d_r, block size, cache layout",
+                               "_kv_comparison_open", expanded=changed and not present)
+    if box.open:
+        comparison_settings(box, k)
     st.subheader(f"The same width, {len(k.rows)} ways")
     sentence = (f"**MLA = GQA with {k.mla_as_gqa_groups:.3g} groups**: the latent is {k.mla_vs_mha:.1f}x smaller "
                 "than MHA")

@@ -51,6 +51,9 @@ def test_widget_value_survives_a_visit_to_every_other_page():
     at = app().run()
     at.number_input(key="context").set_value(65536).run()
     at.selectbox(key="model").set_value("kimi-k2-instruct").run()
+    assert not [s for s in at.selectbox if s.key == "gqa_groups"]  # the comparison settings start closed
+    at.session_state["_kv_comparison_open"] = True
+    at.run()
     at.selectbox(key="gqa_groups").set_value(4).run()  # a page widget, dropped when not drawn
     for page in PAGES[1:]:
         at.switch_page(page).run()

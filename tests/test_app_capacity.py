@@ -115,6 +115,11 @@ def test_comparison_configuration_2_equals_core():
 
 def test_example_button_sets_three_configurations():
     at = run_page(PAGE)
+    # Closed at first (no configuration 2 or 3 in the link): its controls are not drawn.
+    assert not [b for b in at.button if b.label.startswith("Example")]
+    assert not [s for s in at.selectbox if s.key == "cmp2_model"]
+    at.session_state["_capacity_configs_open"] = True
+    at.run()
     next(b for b in at.button if b.label.startswith("Example")).click().run()
     no_exceptions(at)
     assert metric(at, "Config 2: whole requests") == whole(core("llama-3.1-405b")["max_concurrent_requests"])

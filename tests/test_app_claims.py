@@ -67,8 +67,17 @@ def test_filters(page):
     evaluated = evaluate_all()
     assert len(df) == sum(c["verdict"] == "differs" for c in evaluated)
     assert set(df["verdict"]) == {"differs"}
-    # One expander per differing claim shown (after the conventions and filters expanders).
-    assert sum(e.label.startswith(tuple(df["id"])) for e in at.expander) == len(df)
+    # The details expander is drawn only when opened; then it names every differing claim shown.
+    details = [e for e in at.expander if "differing claim" in e.label]
+    assert details and details[0].label.startswith(f"The {len(df)} differing claim(s)")
+    assert not details[0].markdown  # closed: nothing inside was computed or sent
+    at.session_state["_claims_details_open"] = True
+    at.run()
+    text = [e for e in at.expander if "differing claim" in e.label][0].markdown[0].value
+    assert [line.split(":")[0][5:].replace("\\", "") for line in text.splitlines() if line.startswith("#### ")] \
+        == list(df["id"])
+    assert "Replay of the slip" in text and "Recomputed as" in text
+    at.session_state["_claims_details_open"] = False
     at.multiselect(key="claims_topic").set_value(["arithmetic intensity"]).run()
     df = _claims_table(at)
     assert list(df["id"]) == [c["id"] for c in evaluated if c["verdict"] == "differs"

@@ -16,3 +16,12 @@ def row(n: int, *, gap: str = "small") -> list:
     one element into each, first slot first."""
     box = st.container(horizontal=True, gap=gap)
     return [box] * n
+
+
+def lazy_expander(label: str, key: str, *, expanded: bool = False):
+    """An expander whose body is drawn only while it is open: `with box:` after checking
+    `box.open` (Streamlit's on_change="rerun": opening or closing it reruns the page). A closed
+    section's widgets and numbers cost nothing on the page's other reruns; the values its
+    widgets hold stay in the session state (ui.state keeps every key). `expanded`: open on the
+    session's first look (state key `key` unset), e.g. when the link sets one of its values."""
+    return st.expander(label, expanded=expanded, key=key, on_change="rerun")
