@@ -11,7 +11,12 @@ once. Reported: p50 / p95 per page, and each page's p50 as a ratio of the trivia
 measured in the same run (goal: within 1.5x; 5 concurrent sessions' p50 under 1 s). The same
 trivial app under plain `streamlit run` is measured too (`stock_...`): Streamlit's own listener
 leaves Nagle's algorithm on, which adds ~40 ms of delayed-ACK wait to each rerun (ui/serve.py
-turns it off for the explorer and our trivial app alike). Last, 10 benchmark runs are started
+turns it off for the explorer and our trivial app alike). The explorer's shell (app.py with the
+page body left out: its sidebar, state and navigation) is measured the same way, as the floor
+under every page (`served_rerun_shell_vs_trivial`, and each page's `vs_shell`). Widget states
+are sent as the browser sends them (a select_slider's formatted options as
+`string_array_value`); a rerun that ends in an exception stops the benchmark, since it would
+time an error page. Last, 10 benchmark runs are started
 from the Benchmark page one after another (Set up, Run, wait until saved), and the server's
 resident memory is read after each (goal: under 400 MiB after 10).
 
@@ -61,14 +66,17 @@ class Server:
     `script` through the same launcher (ui.serve.serve), or with `stock` through plain
     `streamlit run`."""
 
-    def __init__(self, port: int, script: str | None, env: dict, log: str, stock: bool = False):
+    def __init__(self, port: int, script: str | None, env: dict, log: str, stock: bool = False,
+                 declared_pages: bool = False):
         if script is None:
             cmd = [sys.executable, "-m", "ui.serve"]
         elif stock:
             cmd = [sys.executable, "-m", "streamlit", "run", script]
         else:
-            cmd = [sys.executable, "-c", "import sys; from ui.serve import serve; serve(sys.argv[1], sys.argv[2:])",
-                   script]
+            declare = ("from streamlit.runtime.pages_manager import PagesManager; "
+                       "PagesManager.uses_pages_directory = False; ") if declared_pages else ""
+            cmd = [sys.executable, "-c",
+                   declare + "import sys; from ui.serve import serve; serve(sys.argv[1], sys.argv[2:])", script]
         cmd += ["--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
                 "--browser.gatherUsageStats", "false"]
         self.port, self.log = port, log
@@ -183,9 +191,9 @@ class Session:
         from streamlit.proto.WidgetStates_pb2 import WidgetState
 
         s = WidgetState(id=w.id)
-        if w.options:  # select_slider: values are option indices
+        if w.options:  # select_slider: the browser sends the formatted option(s), as string_array_value
             n = len(w.options)
-            s.double_array_value.data.extend([float((step % max(1, n - 1)) + 1) % n] * max(1, len(w.default)))
+            s.string_array_value.data.extend([w.options[((step % max(1, n - 1)) + 1) % n]] * max(1, len(w.default)))
             return s
         lo, hi = float(w.min), float(w.max)
         span = hi - lo
@@ -258,6 +266,9 @@ def measure_page(port: int, path: str, rounds: int, concurrent: int) -> dict:
     finally:
         for s in sessions:
             s.close()
+    if errors:  # a rerun that ended in an exception measured an error page, not the page
+        raise RuntimeError(f"{path}: {len(errors)} rerun(s) raised in the app, e.g. {errors[0]} "
+                           "(the server's log has the traceback)")
     return {"one": times, "by_kind": by_kind, "concurrent": conc, "errors": errors}
 
 
@@ -318,6 +329,19 @@ def benchmark_runs_rss(server: Server, history_path: str, runs: int, tiny: bool)
     return {"rss_MiB": rss, "run_s": [round(x, 1) for x in seconds], "saved": saved()}
 
 
+SHELL = os.path.join(ROOT, ".served_shell_app.py")  # written for the run, removed after it (.gitignore)
+
+
+def _write_shell() -> None:
+    """The explorer's shell: app.py as it is (page config, state, sidebar, st.navigation, the
+    URL sync) with the page body left out. What every page pays before its own content."""
+    text = open(os.path.join(ROOT, "app.py"), encoding="utf-8").read()
+    if text.count("\npage.run()\n") != 1:
+        raise RuntimeError("app.py no longer calls page.run() once on a line of its own: update the shell")
+    with open(SHELL, "w", encoding="utf-8") as f:
+        f.write(text.replace("\npage.run()\n", "\npass  # benchmarks/served.py: the shell, no page body\n"))
+
+
 def run(tiny: bool = False, rounds: int | None = None, port: int | None = None, bench_runs: int | None = None) -> list[dict]:
     rounds = rounds or (3 if tiny else 24)
     concurrent = 2 if tiny else CONCURRENT
@@ -348,6 +372,21 @@ def run(tiny: bool = False, rounds: int | None = None, port: int | None = None, 
                       sessions=concurrent, reruns=len(base["one"]),
                       stock_streamlit_run_p50_ms=round(s50 * 1e3, 1),
                       stock_concurrent_p50_ms=round(_pct(stock_one["concurrent"], 50) * 1e3, 1)))
+    # The explorer's shell served the same way: the floor of every page of the explorer.
+    _write_shell()
+    try:
+        shell_srv = Server(trivial_port, SHELL, env, os.path.join(tmp, "shell.log"), declared_pages=True)
+        try:
+            shell = measure_page(trivial_port, "/", rounds, concurrent)
+        finally:
+            shell_srv.stop()
+    finally:
+        os.remove(SHELL)
+    h50 = _pct(shell["one"], 50)
+    out.append(result("served_rerun_shell_vs_trivial", h50 / b50, "x", p50_ms=round(h50 * 1e3, 1),
+                      p95_ms=round(_pct(shell["one"], 95) * 1e3, 1),
+                      concurrent_p50_ms=round(_pct(shell["concurrent"], 50) * 1e3, 1),
+                      what="app.py with the page body left out: page config, state, sidebar, navigation, URL"))
     app = Server(app_port, None, env, os.path.join(tmp, "app.log"))
     try:
         for name, path in pages.items():
@@ -358,7 +397,7 @@ def run(tiny: bool = False, rounds: int | None = None, port: int | None = None, 
             out.append(result(f"served_rerun_{name}_vs_trivial", p50 / b50, "x", goal=f"<= {SPEED_GOAL}",
                               met=p50 / b50 <= SPEED_GOAL and not m["errors"], p50_ms=round(p50 * 1e3, 1),
                               p95_ms=round(p95 * 1e3, 1), p95_vs_trivial=round(p95 / b95, 2),
-                              vs_stock_trivial=round(p50 / s50, 2),
+                              vs_stock_trivial=round(p50 / s50, 2), vs_shell=round(p50 / h50, 2),
                               median_ms_by_change=kinds, errors=m["errors"][:3]))
             out.append(result(f"served_rerun_{name}_{concurrent}_sessions_p50_s", cp50, "s",
                               goal=f"< {CONCURRENT_GOAL_S:g}", met=cp50 < CONCURRENT_GOAL_S,
