@@ -46,15 +46,21 @@ def init() -> None:
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
     else:
-        have = set(ss.keys())  # one look at the state (`key in ss` builds the filtered state every time)
+        # One look at the state (`key in ss` builds the whole filtered state every time). A key
+        # away from its default is re-assigned to itself, so Streamlit keeps it when its widget
+        # is not drawn this run; a missing one gets its default. A key at its default needs
+        # neither: if Streamlit drops it, the next run seeds the same default.
+        have = ss.to_dict()
         for key, p in params.PARAMS.items():
             if key in have:
-                ss[key] = ss[key]
+                if have[key] != p.default:
+                    ss[key] = have[key]
             elif p.default is not None:
                 ss[key] = p.default
 
 
 def values() -> dict:
+    """Every link parameter's value (its default where the state has none)."""
     ss = st.session_state
     return {k: ss.get(k, p.default) for k, p in params.PARAMS.items() if p.url}
 
