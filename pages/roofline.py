@@ -10,6 +10,7 @@ the roofline chart first."""
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
+from mla_core.bench import disturbance
 from mla_core.errors import MLAError
 from mla_core.kv import default_gqa_groups, gqa_group_choices
 from mla_core.roofline import MLA_PATHS
@@ -75,8 +76,20 @@ def settings(model, g):
                             help="Apple publishes no tensor peak; the benchmark page measures one (matmul TFLOP/s).")
 
 
+def _disturbed_name(name: str, result: dict, what: str) -> str:
+    """`name` marked "(disturbed)" when the run says it was (mla_core.bench.disturbance), with
+    the reasons shown once above the chart; as the Benchmark page's lists and exports mark it."""
+    if not disturbance.is_disturbed(result):
+        return name
+    reasons = "; ".join(str(r) for r in ((result.get("disturbed") or {}).get("reasons") or [])[:3])
+    _warn(f"{what} was disturbed while it ran ({reasons or 'no reason recorded'}): its points are marked "
+          "\"disturbed\" and may sit below what the machine can do.")
+    return name + " (disturbed)"
+
+
 def _load_measured():
-    """[(legend name, points, result dict)] from the session's benchmark result and the chosen samples."""
+    """[(legend name, points, result dict)] from the session's benchmark result and the chosen
+    samples; a disturbed run's legend name says so."""
     out = []
     result = st.session_state.get("bench_result")
     if result is not None:
@@ -86,7 +99,8 @@ def _load_measured():
         elif problems:
             st.warning(escape_md(f"Skipped {len(problems)} malformed measured result(s) ({problems[0]}).", 400))
         if pts:
-            out.append((f"measured: {measured.device_name(result)}", pts, result))
+            out.append((_disturbed_name(f"measured: {measured.device_name(result)}", result,
+                                        "This session's benchmark run"), pts, result))
     for name in st.session_state.get("_measured_samples") or []:
         data, error = measured.load_sample(name)
         if error:
@@ -97,7 +111,8 @@ def _load_measured():
             st.warning(escape_md(f"Sample {measured.clean_text(name)}: skipped {len(problems)} result(s) "
                                  f"({problems[0]}).", 400))
         if pts:
-            out.append((f"measured: {measured.device_name(data)} ({measured.clean_text(name, 40)})", pts, data))
+            out.append((_disturbed_name(f"measured: {measured.device_name(data)} ({measured.clean_text(name, 40)})",
+                                        data, f"Sample {measured.clean_text(name, 40)}"), pts, data))
     return out
 
 

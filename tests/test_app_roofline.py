@@ -123,6 +123,24 @@ def test_bench_result_adds_measured_points():
     assert not at.warning
 
 
+def test_a_disturbed_bench_result_is_marked_on_the_roofline():
+    at = app(**DEEP).run()
+    result = _fake_result(name="NVIDIA H200")
+    result["disturbed"] = {"disturbed": True, "reasons": ["another benchmark ran on this machine (pid 4242)"],
+                           "evidence": {}, "thresholds": {}}
+    at.session_state["bench_result"] = result
+    at.switch_page(PAGE).run()
+    no_exceptions(at)
+    names = [t.get("name", "") for t in _figures(at)[0]["data"]]
+    assert "measured: NVIDIA H200 (disturbed)" in names
+    assert any("disturbed while it ran" in w.value and "pid 4242" in w.value for w in at.warning)
+    result["disturbed"]["disturbed"] = False  # an undisturbed run carries no mark
+    at.session_state["bench_result"] = result
+    at.run()
+    assert "measured: NVIDIA H200" in [t.get("name", "") for t in _figures(at)[0]["data"]]
+    assert not any("disturbed while it ran" in w.value for w in at.warning)
+
+
 def test_malformed_bench_results_are_ignored_with_a_warning():
     at = app(**DEEP).run()
     at.session_state["bench_result"] = "not a result"
