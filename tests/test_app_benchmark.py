@@ -315,7 +315,10 @@ def test_a_tiny_cpu_run_end_to_end_is_saved_and_shown():
     at.switch_page("pages/roofline.py").run()
     no_exceptions(at)
     names = [t.get("name", "") for f in _figures(at) for t in f["data"]]
-    assert f"measured: {measured.device_name(stored)}" in names
+    from mla_core.bench.disturbance import is_disturbed
+
+    mark = " (disturbed)" if is_disturbed(stored) else ""  # a busy machine (CI) may disturb the run
+    assert f"measured: {measured.device_name(stored)}{mark}" in names
     # Back on the page the same run is still shown (widget state kept across pages).
     at.switch_page(PAGE).run()
     assert at.session_state["_bench_show"] == f"run:{runs[0]['id']}"
