@@ -113,7 +113,7 @@ def headline(model, gpu):
     if cv.no_fit:
         st.error(escape_md(cv.no_fit, 400) + " No KV cache fits: the counts below are 0. Add GPUs, raise tp, use "
                  "DP-attention's expert split, or a smaller weights dtype.")
-    m1, m2, m3, m4 = layout.row(4)
+    m1, m2, m3, m4 = st.columns(4)
     m1.metric(f"Whole requests of {format_tokens(T)}", _requests(main["max_concurrent_requests"]),
               help=f"In the deployment, at once: {main['replicas']} replica(s) × floor(KV budget per GPU / one "
                    f"request's {main['request_bytes_per_gpu']:,} B per GPU, blocks of {main['block_size']} tokens).")
@@ -138,7 +138,7 @@ def messages(cv):
 def details(model, gpu, cv):
     """The second row of numbers and TP against DP-attention (from the headline's view)."""
     main, tp, dp, num_gpus = cv.main, cv.tp, cv.dp_attention, cv.num_gpus
-    m1, m2, m3, m4, m5 = layout.row(5)
+    m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Weights per GPU", format_bytes(main["weights_bytes_per_gpu"]),
               help=f"{main['weights_bytes_per_gpu']:,} B: {main['params_total']:,} parameters as "
                    f"{main['weights_dtype']}, " + ("attention whole on every GPU, the rest / num_gpus" if dp
@@ -308,7 +308,7 @@ def allocator(model, cv):
         f"**{format_bytes(w['latent']['kv_bytes_per_token_per_gpu'])}** is needed, and admits "
         f"**{_requests(w['expanded']['max_concurrent_requests'])}** whole requests of {format_tokens(T)} at once "
         f"instead of **{_requests(w['latent']['max_concurrent_requests'])}**.")
-    w1, w2, w3, w4 = layout.row(4)
+    w1, w2, w3, w4 = st.columns(4)
     w1.metric("Waste factor (MHA formula / latent)", f"{w['waste_factor']:.1f}x",
               help=f"{w['expanded']['kv_bytes_per_token_per_gpu']:,} B / "
                    f"{w['latent']['kv_bytes_per_token_per_gpu']:,} B per token per GPU, {mode_name(dp, tp)}")

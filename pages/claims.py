@@ -62,7 +62,7 @@ def _filters_state() -> dict:
 def summary(cv):
     """The four counts, then (at a desk) the counts by topic and by source."""
     s = cv.summary
-    m1, m2, m3, m4 = layout.row(4)
+    m1, m2, m3, m4 = st.columns(4)
     m1.metric("Claims checked", f"{s['total']}")
     m2.metric("Reproduced", f"{s['reproduced']}")
     m3.metric("Differ", f"{s['differs']}")
@@ -186,8 +186,8 @@ def details(cv):
     inside it one Markdown block, a heading per claim."""
     if not cv.differing:
         return
-    box = st.expander(f"The {len(cv.differing)} differing claim(s) in detail: the computation and the replay of "
-                      "each slip", key=DETAILS_KEY, on_change="rerun")
+    box = layout.lazy_expander(f"The {len(cv.differing)} differing claim(s) in detail: the computation and the "
+                               "replay of each slip", DETAILS_KEY)
     if not box.open:
         return
     parts = []
@@ -232,7 +232,7 @@ def accuracy():
     except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
         st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
     else:
-        a1, a2, a3 = layout.row(3)
+        a1, a2, a3 = st.columns(3)
         a1.metric("Published figures checked", f"{acc['cases']}")
         a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
         if acc["cases"]:
@@ -247,7 +247,7 @@ def accuracy():
             "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
             "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
         } for r in acc["rows"]]), hide_index=True)
-        sources = st.expander("Sources and assumptions", key="_claims_sources_open", on_change="rerun")
+        sources = layout.lazy_expander("Sources and assumptions", "_claims_sources_open")
         if sources.open:  # drawn only when opened
             sources.markdown("\n".join(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
                                         f"  _{escape_md(r['assumptions'], 600)}_" for r in acc["rows"]))

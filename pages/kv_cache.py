@@ -152,7 +152,7 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int
     ]
     metrics = [metrics[i] for i in only]
     for i in range(0, len(metrics), columns):
-        for col, (label, n, what) in zip(layout.row(min(columns, len(metrics) - i)), metrics[i:i + columns]):
+        for col, (label, n, what) in zip(st.columns(columns), metrics[i:i + columns]):
             col.metric(label + tag, format_bytes(n), help=f"{n:,} B: {what}")
     return s
 

@@ -17,7 +17,7 @@ from mla_core.roofline import MLA_PATHS
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
                             format_seconds, format_token_rate, format_tokens)
 from mla_core.views import measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison
-from ui import charts, layout, measured, models, params, state, whatif
+from ui import charts, measured, models, params, state, whatif
 from ui.text import csv_text, escape_md, frame
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)
@@ -173,7 +173,7 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets):
     rows = [metrics[:4]] if present else [[metrics[0], metrics[1], metrics[4]], [metrics[2], metrics[3], metrics[5]],
                                           extra]
     for row in rows:
-        for col, (label, value, help_text) in zip(layout.row(len(row)), row):
+        for col, (label, value, help_text) in zip(st.columns(len(row)), row):
             col.metric(label, value, help=help_text)
     if rv.batch_note:
         st.info(escape_md(rv.batch_note, 400))

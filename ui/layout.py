@@ -1,21 +1,12 @@
-"""Rows of elements side by side, for less than st.columns costs on every rerun.
+"""Sections a page draws only while the user has them open.
 
-`st.columns(n)` sends n + 1 layout blocks to the browser, each a message the server builds and
-writes on every rerun (about 0.2 ms each on a 2-core machine, benchmarks/served.py); a row of
-metrics needs only one horizontal container, whose elements share the width equally as the
-columns did. Use `row(n)` where each slot receives exactly one element, in slot order; keep
-st.columns where a column stacks several elements or the widths differ.
+Every element a page draws is a message the server builds and writes on every rerun (about
+0.2-0.6 ms each on a 2-core machine, widgets the most; benchmarks/served.py). A section behind a
+`lazy_expander` costs one widget while it is closed.
 """
 from __future__ import annotations
 
 import streamlit as st
-
-
-def row(n: int, *, gap: str = "small") -> list:
-    """`n` slots of one horizontal container (a list of the same container `n` times): draw
-    one element into each, first slot first."""
-    box = st.container(horizontal=True, gap=gap)
-    return [box] * n
 
 
 def lazy_expander(label: str, key: str, *, expanded: bool = False):
