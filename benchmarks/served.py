@@ -42,8 +42,8 @@ from common import ROOT, dump, result
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from browser_util import free_port  # noqa: E402
 
-PAGES = {"kv_cache": "/", "capacity": "/concurrency", "roofline": "/decode-roofline", "benchmark": "/measure",
-         "published_figures": "/published-figures"}
+PAGES = {"kv_cache": "/", "capacity": "/concurrency", "roofline": "/decode-roofline", "serving_plan": "/serving-plan",
+         "benchmark": "/measure", "published_figures": "/published-figures"}
 QUERY = "model=deepseek-v3"
 CONTEXT_LABEL = "Context, tokens per sequence"
 CONTEXTS = (32768, 65536)  # alternated, so that every rerun is a real change

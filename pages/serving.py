@@ -17,18 +17,22 @@ from ui.text import csv_text, escape_md, frame
 
 v = state.values()
 present = v["present"]
-st.title("Serving plan: splits, SLOs, cost and launch commands")
-st.caption("Every split of the GPUs into replicas (tensor parallel, or DP-attention with the experts sharded or "
+INTRO = ("Every split of the GPUs into replicas (tensor parallel, or DP-attention with the experts sharded or "
            "spread by expert parallelism), at every power-of-two batch up to what memory holds. Times are lower "
            "bounds and rates upper bounds (roofline, no queueing, no kernel overheads): a real engine is slower. "
            "The sidebar's model, GPU and KV dtype apply; context and batch do not (the workload sets them).")
 
 model = models.current_model()
+gpu_name = models.gpu_labels().get(v["gpu"], v["gpu"])
+if present:  # one slide: the title names the model and the GPUs; the best point's numbers; the frontier
+    st.markdown(f"## Serving plan: {escape_md(model.name, 80)} on {v['num_gpus']:,} × {escape_md(gpu_name, 60)}")
+else:
+    st.title("Serving plan: splits, SLOs, cost and launch commands")
+    st.caption(INTRO)
 kv_dtype, dtype_warning = models.kv_dtype_for(model, v["kv_dtype"])
 if dtype_warning:
     st.warning(escape_md(dtype_warning, 400))
 gpu = models.gpu_preset(v["gpu"])
-gpu_name = models.gpu_labels().get(v["gpu"], v["gpu"])
 
 with st.expander("Deployment, workload and objectives", expanded=not present):
     c1, c2, c3, c4 = st.columns(4)
@@ -89,6 +93,12 @@ def _usd(x) -> str:
 
 if best is None:
     st.error(escape_md("No split serves this workload: " + "; ".join(plan.notes), 400))
+elif present:  # a slide keeps one row: the split, its two times and what a GPU serves
+    m1, m2, m3, m4 = st.columns([2, 1, 1, 1])
+    m1.metric("Best split", best.split, help=f"batch {best.batch:,}; what binds: {best.limit}")
+    m2.metric("TTFT, lower bound", format_seconds(best.ttft_s))
+    m3.metric("TPOT, lower bound", format_seconds(best.tpot_s))
+    m4.metric("Tokens/s per GPU", f"{best.tokens_per_s_per_gpu:,.1f}")
 else:
     st.caption(f"**{escape_md(model.name)}** on {v['num_gpus']:,} × **{escape_md(gpu_name)}**, "
                f"{v['input_len']:,} in / {v['output_len']:,} out, {len(plan.points):,} points tried.")
@@ -110,7 +120,8 @@ else:
     m8.metric("Batch (sequences)", f"{best.batch:,}")
 
 # --- the frontier -----------------------------------------------------------------------------------
-st.subheader("The frontier: tokens/s per GPU against tokens/s per user")
+if not present:
+    st.subheader("The frontier: tokens/s per GPU against tokens/s per user")
 fig = go.Figure()
 pts = [p for p in plan.points if p.fits]
 xs = [p.tokens_per_s_per_user for p in pts] or [1.0]
@@ -148,8 +159,11 @@ if best is not None:
                                            "<extra></extra>"))
 charts.style(fig, title=f"{html.escape(model.name)} on {v['num_gpus']:,} × {html.escape(gpu_name)}",
              x_title="tokens/s per user (upper bound)", y_title="tokens/s per GPU (upper bound)",
-             log_x=True, log_y=True, present=present)
-fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, margin={"b": 160})
+             log_x=True, log_y=True, present=present, height=charts.slide_height(present))
+if present:  # the legend beside the plot: below it, it would take the slide's height
+    fig.update_layout(legend={"orientation": "v", "yanchor": "top", "y": 1, "x": 1.02})
+else:
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, margin={"b": 160})
 charts.show(fig, "serving-frontier", key="_serving_chart")
 st.caption("One curve per split, one marker per batch (powers of two up to the memory cap). The shaded region "
            "meets the TPOT objective; the TTFT objective applies per split (see the table).")

@@ -121,6 +121,7 @@ SLIDES = [
     ("decode-roofline", "roofline", True),
     ("measure", "benchmark", False),
     ("published-figures", "claims", False),
+    ("serving-plan", "serving", False),
 ]
 MAIN_CHART_BOTTOM = """() => { const c = document.querySelector('.js-plotly-plot');
     return c ? c.getBoundingClientRect().bottom : null; }"""
