@@ -186,8 +186,9 @@ def details(cv):
     inside it one Markdown block, a heading per claim."""
     if not cv.differing:
         return
-    box = layout.lazy_expander(f"The {len(cv.differing)} differing claim(s) in detail: the computation and the "
-                               "replay of each slip", DETAILS_KEY)
+    # A constant label (ui.layout.lazy_expander): the count is in the table's caption above.
+    box = layout.lazy_expander("The differing claims in detail: the computation and the replay of each slip",
+                               DETAILS_KEY)
     if not box.open:
         return
     parts = []

@@ -81,7 +81,9 @@ def _disturbed_name(name: str, result: dict, what: str) -> str:
     the reasons shown once above the chart; as the Benchmark page's lists and exports mark it."""
     if not disturbance.is_disturbed(result):
         return name
-    reasons = "; ".join(str(r) for r in ((result.get("disturbed") or {}).get("reasons") or [])[:3])
+    block = result.get("disturbed") if isinstance(result.get("disturbed"), dict) else {}
+    listed = block.get("reasons") if isinstance(block.get("reasons"), list) else []
+    reasons = "; ".join(measured.clean_text(r, 200) for r in listed[:3] if isinstance(r, str))
     _warn(f"{what} was disturbed while it ran ({reasons or 'no reason recorded'}): its points are marked "
           "\"disturbed\" and may sit below what the machine can do.")
     return name + " (disturbed)"

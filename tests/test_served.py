@@ -6,7 +6,9 @@
 - an oversized paste is told its size; the upload limit is one unit (1 MiB) everywhere;
 - the Benchmark page marks disturbed and damaged runs, leaves them out of comparisons unless
   asked, shows stored notices and interrupted runs to every session, and says "another session"
-  only when another session's run exists.
+  only when another session's run exists;
+- a section drawn only while open (ui.layout.lazy_expander) stays open while the user works in
+  it, and the Roofline page's disturbed mark survives a malformed disturbed block.
 """
 from __future__ import annotations
 
@@ -199,3 +201,53 @@ def test_a_session_alone_is_not_told_of_another_sessions_run(monkeypatch):
         owner = at.session_state["_bench_owner"]
         bench_runs.registry().join(owner, 20)
         bench_runs.registry().take(owner)
+
+
+def _has(at, kind: str, key: str) -> bool:
+    return any(getattr(w, "key", None) == key for w in at.get(kind))
+
+
+def test_a_section_drawn_only_while_open_stays_open_while_the_user_works_in_it():
+    # Opened by the link (configuration 2 set), then configuration 2 turned off inside it: it stays open.
+    at = run_page("pages/capacity.py", cmp2_model="llama-3.1-405b", cmp2_gpu="h200")
+    no_exceptions(at)
+    assert _has(at, "selectbox", "cmp2_model")
+    at.selectbox(key="cmp2_model").set_value("").run()
+    no_exceptions(at)
+    assert _has(at, "selectbox", "cmp2_model")
+    at.number_input(key="context").set_value(65536).run()  # an unrelated change keeps it open too
+    assert _has(at, "selectbox", "cmp2_model")
+    # KV comparison settings opened by the link, then set back to the default inside.
+    at = run_page("pages/kv_cache.py", gqa_groups="4")
+    assert _has(at, "selectbox", "gqa_groups")
+    at.selectbox(key="gqa_groups").set_value(0).run()
+    at.number_input(key="context").set_value(65536).run()
+    assert _has(at, "selectbox", "gqa_groups")
+    # A refused link value is reset by the page; the section opened for it does not close on the next rerun.
+    at = run_page("pages/kv_cache.py", gqa_groups="5")
+    at.number_input(key="context").set_value(65536).run()
+    no_exceptions(at)
+    assert _has(at, "selectbox", "gqa_groups")
+    # The claims' details, opened, stay open when a filter changes what they list.
+    at = run_page("pages/claims.py")
+    at.session_state["_claims_details_open"] = True
+    at.run()
+    details = [e for e in at.expander if "differing claims in detail" in e.label]
+    assert details and details[0].markdown
+    at.multiselect(key="claims_topic").set_value(["arithmetic intensity"]).run()
+    details = [e for e in at.expander if "differing claims in detail" in e.label]
+    assert details and details[0].markdown
+    assert "#### " in details[0].markdown[0].value
+
+
+def test_a_malformed_disturbed_block_gives_no_exception_on_the_roofline():
+    from test_app_roofline import _fake_result
+
+    for reasons in ({"x": 1}, 5, "abc", [None, 3, "fine"]):
+        at = run_page("pages/kv_cache.py")
+        result = _fake_result(name="NVIDIA H200")
+        result["disturbed"] = {"disturbed": True, "reasons": reasons}
+        at.session_state["bench_result"] = result
+        at.switch_page("pages/roofline.py").run()
+        no_exceptions(at)
+        assert any("disturbed while it ran" in w.value for w in at.warning)

@@ -13,6 +13,13 @@ def lazy_expander(label: str, key: str, *, expanded: bool = False):
     """An expander whose body is drawn only while it is open: `with box:` after checking
     `box.open` (Streamlit's on_change="rerun": opening or closing it reruns the page). A closed
     section's widgets and numbers cost nothing on the page's other reruns; the values its
-    widgets hold stay in the session state (ui.state keeps every key). `expanded`: open on the
-    session's first look (state key `key` unset), e.g. when the link sets one of its values."""
-    return st.expander(label, expanded=expanded, key=key, on_change="rerun")
+    widgets hold stay in the session state (ui.state keeps every key).
+
+    `expanded`: whether it opens when the state has no `key` yet (a session's first look, or
+    back from another page), e.g. because the link sets one of its values. It seeds the state
+    rather than going to st.expander, and `label` must not change between reruns: Streamlit
+    1.67 builds the expander's identity from both, so a change would make it a new widget that
+    snaps shut while the user works in it."""
+    if key not in st.session_state:
+        st.session_state[key] = bool(expanded)
+    return st.expander(label, expanded=False, key=key, on_change="rerun")
