@@ -591,8 +591,9 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
     if shared and own == 0:
         raise ConfigError(f"num_kv_shared_layers ({shared}) leaves no earlier layer with a cache of its own to share "
                           f"(of {n} layers)")
-    for i in range(n - shared, n):
-        layers[i] = LayerSpec("shared", None, 0, layers[i].recurrent)
+    for i in range(n - shared, n):  # it still attends, over an earlier layer's cache, with its own kind's window
+        w = layers[i].window if layers[i].attention in ("sliding", "chunked") else None
+        layers[i] = LayerSpec("shared", w, 0, layers[i].recurrent)
     if not any(layer.kv_caches or layer.recurrent for layer in layers):
         raise ConfigError("no layer of this config holds a cache or a recurrent state (every layer is an MLP or "
                           "MoE block)")

@@ -246,6 +246,8 @@ def layer_kind(model: ModelSpec, layer) -> tuple[str, str]:
         extra = f", {layer.window:,} tokens" if att["tokens"] == "window" and layer.window else ""
         twice = f", {layer.kv_caches} caches" if layer.kv_caches > 1 else ""
         attn_label = f"{attn_label} ({shape}{extra}{twice})"
+    elif layer.attention == "shared":  # it attends, over the cache it reads, as its own kind does
+        attn_label += f", {layer.window:,}-token window" if layer.window else ", full attention"
     if layer.draft:
         attn_label = f"draft layer: {attn_label}"
     if not layer.recurrent:

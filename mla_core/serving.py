@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .errors import MLAError
 from .hardware import GPU
-from .spec import ModelSpec
+from .spec import ATTENTION_LAYER_KINDS, ModelSpec
 from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int, check_real
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire (docs/model.md, "Serving")
@@ -376,17 +376,42 @@ def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
     }
 
 
+def _keys_before(n: int, kind: str, window: int | None) -> int:
+    """Keys summed over the queries at positions 0..n-1 of one attention block: p + 1 for full
+    attention; min(p + 1, window) on a sliding layer; (p mod chunk) + 1 on a chunked one (Llama 4
+    attends within its chunk of `attention_chunk_size` tokens)."""
+    if window is None or kind == "full" or n <= window:
+        return n * (n + 1) // 2
+    if kind == "chunked":
+        whole, rest = divmod(n, window)
+        return whole * (window * (window + 1) // 2) + rest * (rest + 1) // 2
+    return window * (window + 1) // 2 + (n - window) * window
+
+
+def _attention_blocks(model: ModelSpec) -> list[tuple[str, int | None, int]]:
+    """[(kind, window, blocks)] of the layers that compute attention, in first-seen order: a
+    layer's caches of the attention shape (LongCat: 2 a layer), and one block for a shared-KV
+    layer, which attends over an earlier layer's cache with its own kind's window (Gemma-3n)."""
+    counts: dict[tuple[str, int | None], int] = {}
+    for layer in model.layers:
+        if layer.attention == "shared":
+            key, n = ("sliding" if layer.window else "full", layer.window), 1
+        else:
+            n = layer.kv_caches if ATTENTION_LAYER_KINDS[layer.attention]["tokens"] != "none" else 0
+            key = (layer.attention, layer.window if layer.attention in ("sliding", "chunked") else None)
+        if n:
+            counts[key] = counts.get(key, 0) + n
+    return [(kind, w, n) for (kind, w), n in counts.items()]
+
+
 def prefill_attention_pairs(model: ModelSpec, input_len: int, new_tokens: int) -> int:
     """(query, key) pairs a prefill of the last `new_tokens` of `input_len` computes, summed over
-    layers: causal, min(position + 1, window) keys a query on a sliding layer. Without windows a
-    layer has P (P + 1) / 2 + P (input_len - P). Returns an int."""
-    def keys_before(n: int, window: int | None) -> int:  # sum over positions 0..n-1 of min(p + 1, w)
-        if window is None or n <= window:
-            return n * (n + 1) // 2
-        return window * (window + 1) // 2 + (n - window) * window
-
+    the attention blocks of every layer (`_attention_blocks`: shared-KV layers included, they
+    compute attention too): causal, with the keys a query sees on its layer kind
+    (`_keys_before`). Without windows a block has P (P + 1) / 2 + P (input_len - P). Returns an int."""
     cached = input_len - new_tokens
-    return sum(layers * (keys_before(input_len, w) - keys_before(cached, w)) for w, layers in model.window_groups())
+    return sum(n * (_keys_before(input_len, kind, w) - _keys_before(cached, kind, w))
+               for kind, w, n in _attention_blocks(model))
 
 
 def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:

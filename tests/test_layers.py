@@ -61,7 +61,8 @@ def test_qwen3_next_deltanet_layer_matches_vllm_and_trtllm():
     ("granite-4.0-h-small", [("mamba2", 36), ("full", 4)]),  # layer_types mamba / attention
     ("falcon-h1-7b-instruct", [("full+mamba2", 44)]),  # attention and Mamba-2 in every layer
     ("llama-4-scout-17b-16e-instruct", [("chunked", 36), ("full", 12)]),  # NoPE global every 4th
-    ("gemma-3n-e4b-it", [("sliding", 16), ("full", 4), ("shared", 15)]),  # num_kv_shared_layers 15
+    # num_kv_shared_layers 15: they keep their kind's window to attend with (12 sliding, 3 full)
+    ("gemma-3n-e4b-it", [("sliding", 16), ("full", 4), ("shared", 12), ("shared", 3)]),
     ("gpt-oss-120b", [("sliding", 18), ("full", 18)]),
     ("deepseek-v3", [("full", 61)]),
 ])

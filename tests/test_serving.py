@@ -17,6 +17,7 @@ from mla_core.roofline import roofline
 from mla_core.serving import (Deployment, Workload, communication, evaluate, prefill_attention_pairs,
                               prefill_work, published_checks, search)
 from mla_core.config import synthetic_model
+from mla_core.kv import kv_report
 from mla_core.spec import LayerSpec
 
 V3 = load_model("deepseek-v3")
@@ -49,6 +50,29 @@ def test_prefill_pairs_on_a_sliding_window():
     assert prefill_attention_pairs(m, 10, 10) == 34 + 55
     # The last 3 tokens of 10: 4 + 4 + 4 on the sliding layer, 8 + 9 + 10 on the full one.
     assert prefill_attention_pairs(m, 10, 3) == 12 + 27
+
+
+def test_prefill_pairs_on_a_chunked_layer_and_on_shared_kv_layers():
+    # Chunks of 4, 10 tokens: a query sees its chunk so far: 1, 2, 3, 4, 1, 2, 3, 4, 1, 2 = 23 keys
+    # (a window of 4 would be 34); the last 3 of 10 tokens (positions 7, 8, 9): 4 + 1 + 2.
+    m = synthetic_model("gqa", layers=2, heads=8, kv_heads=2)
+    m = dataclasses.replace(m, layers=(LayerSpec("chunked", 4), LayerSpec()))
+    assert prefill_attention_pairs(m, 10, 10) == 23 + 55
+    assert prefill_attention_pairs(m, 10, 3) == 7 + 27
+    # A shared-KV layer holds no cache but attends over an earlier one's: its pairs count, with its window.
+    m = dataclasses.replace(m, layers=(LayerSpec("sliding", 4), LayerSpec(), LayerSpec("shared", 4, 0),
+                                       LayerSpec("shared", None, 0)))
+    assert prefill_attention_pairs(m, 10, 10) == 2 * (34 + 55)
+    # Gemma-3n E4B: 35 layers attend (the last 15 over the first 20 layers' caches), 28 of them on
+    # the 512-token window (4 sliding for 1 full, as layer_types says), 7 full; 20 hold a cache.
+    g = load_model("gemma-3n-e4b-it")
+    sliding = 512 * 513 // 2 + (4096 - 512) * 512
+    assert prefill_attention_pairs(g, 4096, 4096) == 28 * sliding + 7 * (4096 * 4097 // 2)
+    assert kv_report(g, 4096).kv_layers == 20
+    # Llama 4 Scout: 36 chunked layers of 8,192 and 12 global ones; 20,000 tokens = 2 whole chunks + 3,616.
+    scout = load_model("llama-4-scout-17b-16e-instruct")
+    chunked = 2 * (8192 * 8193 // 2) + 3616 * 3617 // 2
+    assert prefill_attention_pairs(scout, 20000, 20000) == 36 * chunked + 12 * (20000 * 20001 // 2)
 
 
 def test_tp_allreduce_bytes_by_hand():
