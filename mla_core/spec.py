@@ -195,8 +195,9 @@ class LayerSpec:
 
     `attention` is a key of ATTENTION_LAYER_KINDS; `window` the tokens a sliding or chunked
     layer keeps (on a shared-KV layer: the sliding window it attends over, None for full
-    attention; it keeps nothing itself); `kv_caches` how many caches of the model's attention shape the layer holds
-    (LongCat-Flash: 2 MLA blocks a layer; 0 for shared and attention-free layers);
+    attention; it keeps nothing itself); `kv_caches` how many caches of the model's attention
+    shape the layer holds (LongCat-Flash: 2 MLA blocks a layer; 0 for shared and attention-free
+    layers);
     `recurrent` whether the layer also holds the model's recurrent state (Falcon-H1: both);
     `draft` marks a multi-token-prediction / EAGLE draft layer added after the decoder.
     """

@@ -139,6 +139,9 @@ def details(model, gpu, cv):
     """The second row of numbers and TP against DP-attention (from the headline's view)."""
     main, tp, dp, num_gpus = cv.main, cv.tp, cv.dp_attention, cv.num_gpus
     m1, m2, m3, m4, m5 = st.columns(5)
+    m5.metric("Recurrent state per request", format_bytes(main["state_bytes_per_request_per_gpu"]),
+              help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning layers): "
+                   "held once per sequence whatever its length, counted in each request's bytes")
     m1.metric("Weights per GPU", format_bytes(main["weights_bytes_per_gpu"]),
               help=f"{main['weights_bytes_per_gpu']:,} B: {main['params_total']:,} parameters as "
                    f"{main['weights_dtype']}, " + ("attention whole on every GPU, the rest / num_gpus" if dp
@@ -151,9 +154,6 @@ def details(model, gpu, cv):
     m4.metric("Memory per GPU", format_bytes(main["memory_bytes_per_gpu"]),
               help=f"{main['memory_bytes_per_gpu']:,} B; "
                    + ("typed above" if v["gpu_memory_gib"] else "the preset's vendor figure read as GiB"))
-    m5.metric("Recurrent state per request", format_bytes(main["state_bytes_per_request_per_gpu"]),
-              help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning layers): "
-                   "held once per sequence whatever its length, counted in each request's bytes")
     tp_r, dp_r = cv.by_mode["tp"], cv.by_mode["dp"]
     st.markdown(
         f"**How many requests of {format_tokens(T)} of {escape_md(model.name)} fit at once on {num_gpus} × "
