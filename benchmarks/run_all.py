@@ -46,6 +46,9 @@ def sections(tiny: bool):
     port = int(os.environ["MLA_SERVED_PORT"]) if os.environ.get("MLA_SERVED_PORT") else None
     out.append(("7. Served speed (the real server, driven over Streamlit's websocket protocol)",
                 lambda: served.run(tiny=tiny, port=port)))
+    import element_costs
+
+    out.append(("8. What one Streamlit element costs a served rerun", lambda: element_costs.run(tiny=tiny)))
     return out
 
 

@@ -1,0 +1,109 @@
+"""8. What one Streamlit element costs a served rerun: the floor under every page.
+
+Each kind of element the pages draw is put N times into an app of its own, beside the one widget
+and one metric of benchmarks/trivial_app.py, and served and driven as benchmarks/served.py does
+(the real server, Streamlit's websocket protocol, TCP_NODELAY). A kind's cost per element is
+(its app's rerun p50 - the trivial app's p50) / N. The tables are measured both ways the pages
+could hand them over: a pandas DataFrame (which Streamlit converts to Arrow on every rerun) and a
+pyarrow Table (ui.text.frame, which Streamlit sends as it is).
+
+    .venv/bin/python benchmarks/element_costs.py [--tiny] [--rounds N] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+from common import ROOT, dump, result
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from browser_util import free_port  # noqa: E402
+
+import served  # noqa: E402
+
+# kind -> (elements in its app, the loop body drawing element i; `x` is the context just typed)
+KINDS = {
+    "markdown": (30, 'st.markdown(f"line {i}: {x:,} tokens")'),
+    "metric": (30, 'st.metric(f"metric {i}", f"{x * i:,} B", help="exact bytes")'),
+    "number_input": (30, 'st.number_input(f"number {i}", 0, 10**6, step=1, key=f"n{i}")'),
+    "selectbox": (30, 'st.selectbox(f"choice {i}", ["a", "b", "c", "d"], key=f"s{i}")'),
+    "select_slider": (30, 'st.select_slider(f"stop {i}", [1, 2, 4, 8, 16, 32, 64, 128], key=f"ss{i}")'),
+    "columns_row_of_4": (15, "st.columns(4)"),
+    "dataframe_pandas_8_rows": (15, 'st.dataframe(pd.DataFrame(ROWS), hide_index=True)'),
+    "dataframe_pyarrow_8_rows": (15, 'st.dataframe(frame(ROWS), hide_index=True)'),
+    "plotly_chart_5_traces_60_points": (3, 'charts.show(figure(x), "c", key=f"c{i}")'),
+}
+TINY_KINDS = ("markdown", "selectbox", "dataframe_pyarrow_8_rows")
+
+APP = '''import sys
+sys.path.insert(0, {root!r})
+import pandas as pd
+import streamlit as st
+from ui import charts
+from ui.charts import go
+from ui.text import frame
+
+ROWS = [{{"variant": f"v{{j}}", "KV heads": j, "per token": f"{{j * 1.5:.2f}} KiB", "vs MHA": j / 7}} for j in range(8)]
+
+
+def figure(x):
+    fig = go.Figure()
+    for t in range(5):
+        fig.add_trace(dict(type="scatter", x=list(range(1, 61)), y=[v * x * (t + 1) for v in range(1, 61)],
+                           mode="lines", name=f"trace {{t}}"))
+    return charts.style(fig, title="t", x_title="x", y_title="y", log_x=True, log_y=True)
+
+
+x = st.number_input("Context, tokens per sequence", min_value=1, value=32768, step=1024, key="context")
+st.metric("Tokens", f"{{x:,}}")
+for i in range({n}):
+    {body}
+'''
+
+
+def _p50(port: int, rounds: int) -> float:
+    m = served.measure_page(port, "/", rounds, 1)
+    return served._pct(m["one"], 50)
+
+
+def run(tiny: bool = False, rounds: int | None = None) -> list[dict]:
+    rounds = rounds or (4 if tiny else 30)
+    tmp = tempfile.mkdtemp()
+    env = dict(os.environ, MLA_EXPLORER_HISTORY=os.path.join(tmp, "history.sqlite3"))
+    out: list[dict] = []
+    try:
+        def serve_and_time(script: str, log: str) -> float:
+            port = free_port()
+            srv = served.Server(port, script, env, os.path.join(tmp, log))
+            try:
+                return _p50(port, rounds)
+            finally:
+                srv.stop()
+
+        base = serve_and_time(os.path.join(ROOT, served.TRIVIAL), "trivial.log")
+        out.append(result("served_rerun_trivial_app_ms", base * 1e3, "ms", reruns=rounds))
+        for kind, (n, body) in KINDS.items():
+            if tiny and kind not in TINY_KINDS:
+                continue
+            n = min(n, 5) if tiny else n
+            path = os.path.join(tmp, f"{kind}.py")  # a folder of its own: no pages/ beside it
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(APP.format(root=ROOT, n=n, body=body))
+            t = serve_and_time(path, f"{kind}.log")
+            out.append(result(f"served_cost_of_one_{kind}_ms", (t - base) / n * 1e3, "ms", elements=n,
+                              app_p50_ms=round(t * 1e3, 1), trivial_p50_ms=round(base * 1e3, 1)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    dump(run(a.tiny, a.rounds), a.out)
