@@ -1,7 +1,7 @@
 """Sections a page draws only while the user has them open.
 
 Every element a page draws is a message the server builds and writes on every rerun: about
-0.25 ms a text or metric, 0.4-0.5 ms a widget, 1.2 ms a table, 2 ms a chart on a 2-core machine
+0.25 ms a text or metric, 0.35-0.5 ms a widget, about 1 ms a table or a chart on a 2-core machine
 (benchmarks/element_costs.py). A section behind a `lazy_expander` costs one widget while closed.
 """
 from __future__ import annotations

@@ -86,7 +86,7 @@ def frame(rows: list[dict], columns: list[str] | None = None):
     """A table for st.dataframe: a pyarrow Table built straight from `rows` (one dict per row,
     the columns in the first row's order, or `columns`; a missing key is an empty cell).
     Streamlit serialises a pyarrow Table as it is, where a pandas DataFrame is converted first:
-    an 8-row table costs a served rerun about 1.2 ms against 2.5 ms (benchmarks/element_costs.py).
+    an 8-row table costs a served rerun about 1.1 ms against 2.5-3 ms (benchmarks/element_costs.py).
     A column whose values pyarrow cannot type as one (numbers beside text) is shown as text."""
     import pyarrow as pa
 
