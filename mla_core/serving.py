@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .errors import MLAError
 from .hardware import GPU
-from .spec import ATTENTION_LAYER_KINDS, ModelSpec
+from .spec import ModelSpec
 from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int, check_real
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire (docs/model.md, "Serving")
@@ -388,30 +388,14 @@ def _keys_before(n: int, kind: str, window: int | None) -> int:
     return window * (window + 1) // 2 + (n - window) * window
 
 
-def _attention_blocks(model: ModelSpec) -> list[tuple[str, int | None, int]]:
-    """[(kind, window, blocks)] of the layers that compute attention, in first-seen order: a
-    layer's caches of the attention shape (LongCat: 2 a layer), and one block for a shared-KV
-    layer, which attends over an earlier layer's cache with its own kind's window (Gemma-3n)."""
-    counts: dict[tuple[str, int | None], int] = {}
-    for layer in model.layers:
-        if layer.attention == "shared":
-            key, n = ("sliding" if layer.window else "full", layer.window), 1
-        else:
-            n = layer.kv_caches if ATTENTION_LAYER_KINDS[layer.attention]["tokens"] != "none" else 0
-            key = (layer.attention, layer.window if layer.attention in ("sliding", "chunked") else None)
-        if n:
-            counts[key] = counts.get(key, 0) + n
-    return [(kind, w, n) for (kind, w), n in counts.items()]
-
-
 def prefill_attention_pairs(model: ModelSpec, input_len: int, new_tokens: int) -> int:
     """(query, key) pairs a prefill of the last `new_tokens` of `input_len` computes, summed over
-    the attention blocks of every layer (`_attention_blocks`: shared-KV layers included, they
-    compute attention too): causal, with the keys a query sees on its layer kind
+    the attention blocks of every layer (`ModelSpec.attending_groups`: shared-KV layers included,
+    they compute attention too): causal, with the keys a query sees on its layer kind
     (`_keys_before`). Without windows a block has P (P + 1) / 2 + P (input_len - P). Returns an int."""
     cached = input_len - new_tokens
     return sum(n * (_keys_before(input_len, kind, w) - _keys_before(cached, kind, w))
-               for kind, w, n in _attention_blocks(model))
+               for kind, w, n in model.attending_groups())
 
 
 def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
@@ -596,6 +580,17 @@ class _Split:
     reason: str = ""
 
 
+def _times(bytes_gpu: float, flops_gpu: float, peak_flops: float, dep: Deployment, comm_s: float) -> tuple:
+    """(memory s, compute s, what binds, bound s, serial s) of one GPU's prefill or decode step
+    (docs/model.md, "Serving"): bound = max(memory, compute, communication), the strict lower
+    bound; serial = max(memory, compute) + communication, nothing overlapped."""
+    t_mem = bytes_gpu / dep.gpu.bandwidth_Bps
+    t_cmp = flops_gpu / peak_flops
+    parts = {"memory": t_mem, "compute": t_cmp, "communication": comm_s}
+    bound = max(parts, key=parts.get)
+    return t_mem, t_cmp, bound, parts[bound], max(t_mem, t_cmp) + comm_s
+
+
 def _prepare(model: ModelSpec, dep: Deployment, wl: Workload) -> _Split:
     cap = _group_capacity(model, dep, wl.mean_context)
     reason = ""
@@ -609,12 +604,7 @@ def _prepare(model: ModelSpec, dep: Deployment, wl: Workload) -> _Split:
         cap_batch = cap["max_concurrent_requests"]
     pre = prefill_work(model, dep, wl)
     comm = communication(model, dep, pre["new_tokens"], pre["new_tokens"])
-    t_mem = pre["bytes_gpu"] / dep.gpu.bandwidth_Bps
-    t_cmp = pre["flops_gpu"] / pre["peak_flops"]
-    parts = {"memory": t_mem, "compute": t_cmp, "communication": comm["time_s"]}
-    bound = max(parts, key=parts.get)
-    ttft = max(parts.values())
-    serial = max(t_mem, t_cmp) + comm["time_s"]
+    _, _, bound, ttft, serial = _times(pre["bytes_gpu"], pre["flops_gpu"], pre["peak_flops"], dep, comm["time_s"])
     # Prefill throughput: many requests share each weight read, so a request costs its flops, its
     # cache writes and its communication; with DP-attention the group's GPUs prefill different
     # requests at once. It counts every input token, cached prefix included.
@@ -663,12 +653,8 @@ def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_h
         work, comm = _group_step_cached(model, group, wl, b_rep)
     else:
         work, comm = _group_step(model, dep, wl, b_rep)
-    t_mem = work["step_bytes"] / dep.gpu.bandwidth_Bps
-    t_cmp = work["step_flops"] / work["peak_flops"]
-    parts = {"memory": t_mem, "compute": t_cmp, "communication": comm["time_s"]}
-    bound = max(parts, key=parts.get)
-    step = max(parts.values())
-    serial = max(t_mem, t_cmp) + comm["time_s"]
+    t_mem, t_cmp, bound, step, serial = _times(work["step_bytes"], work["step_flops"], work["peak_flops"], dep,
+                                               comm["time_s"])
     tps = wl.tokens_per_step
     per_user = tps / step
     total = batch * per_user

@@ -334,6 +334,27 @@ class ModelSpec:
             counts[w] = counts.get(w, 0) + layer.kv_caches
         return tuple(counts.items())
 
+    def attending_groups(self) -> list[tuple[str, int | None, int]]:
+        """[(kind, window, blocks)] over the layers that compute attention, in first-seen order:
+        what prefill attention sums over. A layer counts its caches of the attention shape
+        (LongCat: 2 a layer); a shared-KV layer holds none but attends over an earlier layer's
+        cache with its own window ("sliding", or "full" without one)."""
+        return list(model_memo(self, "attending_groups", self._attending_groups))
+
+    def _attending_groups(self) -> tuple[tuple[str, int | None, int], ...]:
+        counts: dict[tuple[str, int | None], int] = {}
+        for layer in self.layers:
+            if layer.attention == "shared":
+                key, n = ("sliding" if layer.window else "full", layer.window), 1
+            elif ATTENTION_LAYER_KINDS[layer.attention]["tokens"] == "none":
+                continue
+            else:
+                key = (layer.attention, layer.window if layer.attention in ("sliding", "chunked") else None)
+                n = layer.kv_caches
+            if n:
+                counts[key] = counts.get(key, 0) + n
+        return tuple((kind, w, n) for (kind, w), n in counts.items())
+
     @property
     def kv_layers(self) -> int:
         """Per-token caches of the attention shape, summed over layers (LongCat counts 2 a layer)."""

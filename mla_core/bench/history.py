@@ -399,6 +399,18 @@ def _open_readonly(path: str) -> sqlite3.Connection:
     raise BenchError(f"cannot read the read-only history store {path}: {last}")
 
 
+def _store_error(path: str, e: sqlite3.DatabaseError) -> BenchError:
+    """The one-line error for what SQLite raised while a connection was in use: the disk full,
+    the store read-only, another operational error, or a damaged file."""
+    if isinstance(e, sqlite3.OperationalError):
+        if _is_full(e):
+            return _full(path, e)
+        if _is_readonly(e):
+            return _readonly(path)
+        return BenchError(f"history store {path}: {e}")
+    return BenchError(f"history store {path} is damaged: {e}")
+
+
 @contextlib.contextmanager
 def _connect(path: str | None = None, write: bool = True):
     """A connection to the store. `write=False`: reading is all the caller does, so a store that
@@ -410,12 +422,8 @@ def _connect(path: str | None = None, write: bool = True):
         conn = _open_readonly(path)
         try:
             yield conn
-        except sqlite3.OperationalError as e:
-            if _is_readonly(e):
-                raise _readonly(path) from None
-            raise BenchError(f"history store {path}: {e}") from None
         except sqlite3.DatabaseError as e:
-            raise BenchError(f"history store {path} is damaged: {e}") from None
+            raise _store_error(path, e) from None
         finally:
             conn.close()
         return
@@ -481,14 +489,8 @@ def _connect(path: str | None = None, write: bool = True):
     try:
         _record_pending_notices(conn)
         yield conn
-    except sqlite3.OperationalError as e:
-        if _is_full(e):
-            raise _full(path, e) from None
-        if _is_readonly(e):
-            raise _readonly(path) from None
-        raise BenchError(f"history store {path}: {e}") from None
     except sqlite3.DatabaseError as e:
-        raise BenchError(f"history store {path} is damaged: {e}") from None
+        raise _store_error(path, e) from None
     finally:
         conn.close()
 
