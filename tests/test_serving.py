@@ -1,4 +1,4 @@
-"""Serving plan (mla_core.serving, mla_core.commands, `python -m mla_core plan`): hand-computed
+"""Serving plan (mla_core.serving, mla_core.serving.commands, `python -m mla_core plan`): hand-computed
 prefill flops, communication bytes and a frontier point; properties; the launch commands; the
 published figures under their bounds; bad input."""
 import dataclasses

@@ -46,10 +46,10 @@ import functools
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from .errors import MLAError
-from .hardware import GPU
-from .spec import ModelSpec
-from .validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int, check_real
+from ..errors import MLAError
+from ..hardware import GPU
+from ..spec import ModelSpec
+from ..validate import MAX_BATCH, MAX_CONTEXT, MAX_GPUS, MAX_TP, check_choice, check_int, check_real
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire (docs/model.md, "Serving")
 MAX_SPEC_TOKENS = 16
@@ -166,8 +166,8 @@ def check_workload(wl: Workload) -> Workload:
 
 def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     """Raise MLAError (one line) on a deployment that cannot be built; return it."""
-    from .roofline import MLA_PATHS
-    from .units import KV_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
+    from ..roofline import MLA_PATHS
+    from ..units import KV_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
 
     check_choice("state_dtype", dep.state_dtype, STATE_DTYPES)
     if not isinstance(dep.gpu, GPU):
@@ -203,7 +203,7 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     if node_layout_error:
         raise MLAError(node_layout_error)
     if not (dep.dp_attention and dep.tp > 1):
-        from .kv import tp_split_error
+        from ..kv import tp_split_error
 
         err = tp_split_error(model, dep.tp)
         if err:
@@ -248,7 +248,7 @@ def _wdtype(model: ModelSpec, dep: Deployment) -> str:
 
 def _group_capacity(model: ModelSpec, dep: Deployment, context: int) -> dict:
     """`capacity.capacity` of one group (replica) of `tp` GPUs at `context` tokens a sequence."""
-    from .capacity import capacity
+    from ..capacity import capacity
 
     return capacity(model, context=context, gpu=dep.gpu, num_gpus=dep.tp, tp=dep.tp,
                     dp_attention=dep.dp_attention and dep.tp > 1, weights_dtype=dep.weights_dtype,
@@ -260,8 +260,8 @@ def _streamed_weight_bytes(model: ModelSpec, wdtype: str, tokens: int, tp: int, 
     """Weight bytes one GPU reads for `tokens` tokens (experts touched; `params.weights_bytes`,
     so mxfp4 experts are 4.25 bits): TP divides all by tp; DP-attention keeps the attention
     weights whole and divides the rest."""
-    from .params import expert_and_other_dtypes, routed_params_streamed_per_step, weights_bytes
-    from .units import weight_bytes
+    from ..params import expert_and_other_dtypes, routed_params_streamed_per_step, weights_bytes
+    from ..units import weight_bytes
 
     total = weights_bytes(model, wdtype, params=_streamed_params(model, tokens),
                           routed=routed_params_streamed_per_step(model, tokens))
@@ -276,7 +276,7 @@ def _streamed_weight_bytes(model: ModelSpec, wdtype: str, tokens: int, tp: int, 
 def _state_step(model: ModelSpec, batch_gpu: int, state_dtype: str, tp: int, dp: bool) -> tuple[int, int]:
     """`roofline.recurrent_step` on one GPU: the recurrent layers' state read and written once a
     step, and their flops (0, 0 without recurrent layers)."""
-    from .roofline import recurrent_step
+    from ..roofline import recurrent_step
 
     return recurrent_step(model, batch_gpu, state_dtype, tp=tp, dp_attention=dp)
 
@@ -296,7 +296,7 @@ def with_mtp_draft(model: ModelSpec, wl: Workload) -> tuple[ModelSpec, str | Non
     """The model a speculative workload runs: with `spec_tokens` > 0 and MTP layers in the
     config (`num_nextn_predict_layers`) but none turned on, they are added (and a note says so)."""
     if wl.spec_tokens > 0 and not model.draft_layers and model.num_nextn_predict_layers:
-        from .spec import with_draft_layers
+        from ..spec import with_draft_layers
 
         n = model.num_nextn_predict_layers
         return with_draft_layers(model, n), (f"speculative decoding with the model's {n} MTP draft "
@@ -310,7 +310,7 @@ def _attention_one_sequence(model: ModelSpec, context: int, kv_dtype: str, mla_p
                             dp_attention: bool) -> dict:
     """`roofline.decode_attention` of one sequence on one GPU (its heads under TP, all of them under
     DP-attention); a step's attention is B times this."""
-    from .roofline import decode_attention
+    from ..roofline import decode_attention
 
     return decode_attention(model, context, 1, kv_dtype, mla_path, tp=tp, dp_attention=dp_attention)
 
@@ -318,7 +318,7 @@ def _attention_one_sequence(model: ModelSpec, context: int, kv_dtype: str, mla_p
 @functools.lru_cache(maxsize=1 << 8)
 def _model_params(model: ModelSpec) -> tuple[int, int]:
     """(`params.active_params_per_token`, `params.attention_side_params`) of a model."""
-    from .params import active_params_per_token, attention_side_params
+    from ..params import active_params_per_token, attention_side_params
 
     return active_params_per_token(model), attention_side_params(model)
 
@@ -326,7 +326,7 @@ def _model_params(model: ModelSpec) -> tuple[int, int]:
 @functools.lru_cache(maxsize=1 << 14)
 def _streamed_params(model: ModelSpec, tokens: int) -> float:
     """`params.params_streamed_per_step` at `tokens` tokens (MoE experts touched)."""
-    from .params import params_streamed_per_step
+    from ..params import params_streamed_per_step
 
     return params_streamed_per_step(model, tokens)
 
@@ -406,9 +406,9 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     DP-attention runs attention on one GPU and divides the rest by tp.
     Returns `new_tokens`, `attention_pairs`, `flops`, `attention_flops`, `flops_gpu`,
     `bytes_gpu`, `weights_bytes_gpu`, `kv_bytes_gpu` (floats / ints)."""
-    from .kv import kv_cache_bytes
-    from .params import active_params_per_token, attention_side_params
-    from .roofline import attention_flops_per_token_layer
+    from ..kv import kv_cache_bytes
+    from ..params import active_params_per_token, attention_side_params
+    from ..roofline import attention_flops_per_token_layer
 
     wdtype, tp = _wdtype(model, dep), dep.tp
     p = wl.new_prefill_tokens
@@ -727,9 +727,9 @@ def splits(model: ModelSpec, num_gpus: int, gpus_per_node: int | None = None) ->
     spread (ep = tp, when there are at least tp routed experts). TP with ep = tp is left out: its
     bytes and collectives are those of plain TP here (`evaluate` still takes it). Engines run
     DP-attention for MoE models only (SGLang's --enable-dp-attention help), so dense models get TP."""
-    from .kv import divisors
+    from ..kv import divisors
 
-    from .kv import tp_split_error
+    from ..kv import tp_split_error
 
     out = []
     moe = model.moe
@@ -852,7 +852,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     slo = _slo(ttft_ms, tpot_ms)
     if batch is not None:
         check_int("batch", batch, maximum=MAX_BATCH)
-    from .kv import resolve_state_dtype
+    from ..kv import resolve_state_dtype
 
     resolve_state_dtype(model, state_dtype)
     model, draft_note = with_mtp_draft(model, workload)
@@ -890,7 +890,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     feasible = [p for p in points if p.fits or batch is not None]
     notes = [draft_note] if draft_note else []
     if tp is None and dp_attention is None and ep is None:
-        from .kv import divisors
+        from ..kv import divisors
 
         skipped = [t for t in divisors(num_gpus) if group_layout_error(t, gpus_per_node)]
         if skipped:
@@ -950,7 +950,7 @@ def published_checks() -> list[dict]:
     `workload`, `metric`, `measured_per_gpu`, `bound_per_gpu`, `efficiency` (measured / bound),
     `within_bound`, `batch` (the batch the bound is taken at, None for kernels), `bound_by`,
     `assumptions`. Raises MLAError when the file is missing or a row is malformed."""
-    from .presets import _load, load_gpu, load_model
+    from ..presets import _load, load_gpu, load_model
 
     rows = []
     for m in _load("serving_measurements.json").get("measurements", []):
@@ -999,7 +999,7 @@ def largest_batch_that_fits(model: ModelSpec, gpu: GPU, *, context: int, tp: int
     """Whole sequences of `context` tokens that one group of `tp` GPUs holds at TP: the
     `capacity.capacity` answer (`max_concurrent_requests`) the roofline page marks on its batch
     axis; 0 when the weights do not fit. Raises MLAError on bad inputs."""
-    from .capacity import capacity
+    from ..capacity import capacity
 
     return capacity(model, context=context, gpu=gpu, num_gpus=tp, tp=tp, weights_dtype=weights_dtype,
                     kv_dtype=kv_dtype, cache_layout=cache_layout, gpu_memory_utilization=gpu_memory_utilization,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import shlex
 
-from .errors import MLAError
-from .spec import ModelSpec
+from ..errors import MLAError
+from ..spec import ModelSpec
 
 HEAD_ADDRESS = "HEAD_NODE_IP"  # placeholder for the first node's address in multi-node commands
 VLLM_RPC_PORT = 13345
@@ -42,7 +42,7 @@ STATE_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 def model_path_for(model: ModelSpec) -> str:
     """The Hugging Face repo of a preset, else the model's name (an uploaded config's path)."""
-    from .presets import model_entries
+    from ..presets import model_entries
 
     try:
         entry = model_entries().get(model.name)
@@ -53,7 +53,7 @@ def model_path_for(model: ModelSpec) -> str:
 
 def _engine_kv_dtype(model: ModelSpec, kv_dtype: str, table: dict) -> str | None:
     """The engine's spelling, 'auto' when it is the model's own dtype, None when it has none."""
-    from .kv import resolve_kv_dtype
+    from ..kv import resolve_kv_dtype
 
     resolved = resolve_kv_dtype(model, kv_dtype)
     if kv_dtype == "auto" or resolved == model.torch_dtype:
@@ -68,7 +68,7 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
     node's command with `HEAD_NODE_IP` to fill in. Returns `vllm_command`, `sglang_command` (str or
     None), `replicas`, `nodes_per_replica`, `max_model_len`, `max_running_requests_per_engine`
     and `notes` (tuple of str: what to do on the other nodes, what an engine cannot express)."""
-    from .capacity import default_block_size
+    from ..capacity import default_block_size
 
     path = model_path or model_path_for(model)
     tp, dp, ep = point.tp, point.dp_attention, point.ep
