@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from .errors import MLAError
 from .hardware import GPU
-from .kv import (kv_bytes_per_token_layer, resolve_kv_dtype, resolve_state_dtype, sequence_tokens_all_layers,
-                 state_bytes_per_sequence)
+from .kv import kv_bytes_per_token, kv_cache_bytes, resolve_kv_dtype, resolve_state_dtype, state_bytes_per_sequence
 from .params import attention_side_params, expert_and_other_dtypes, params_total, weights_bytes
 from .results import Result
 from .spec import ModelSpec
@@ -116,6 +115,7 @@ def capacity(
     block_size: int | None = None,
     reserve_bytes: int = 0,
     state_dtype: str = "auto",
+    ssm_state_dtype: str = "auto",
 ) -> CapacityResult:
     """Concurrency of `model` on `num_gpus` GPUs (see the module docstring for the formulas).
 
@@ -167,13 +167,13 @@ def capacity(
         fits = budget > 0
         budget = max(0, budget)
 
-    per_layer = kv_bytes_per_token_layer(model, dtype, cache_layout, tp=tp, dp_attention=dp_attention)
-    per_token = per_layer * model.kv_layers
-    state = state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention)
+    per_token = kv_bytes_per_token(model, dtype, cache_layout, tp=tp, dp_attention=dp_attention)
+    state = state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention,
+                                     ssm_state_dtype=ssm_state_dtype)
     # One sequence's state is held before its tokens: what is left bounds the tokens it can hold.
-    blocks = max(0, budget - state) // (n * per_token) if per_token else 0
+    blocks = int(max(0, budget - state) // (n * per_token)) if per_token else 0
     replicas = num_gpus if dp_attention else num_gpus // tp
-    kv_request = per_layer * sequence_tokens_all_layers(model, context, n)
+    kv_request = kv_cache_bytes(model, context, 1, dtype, cache_layout, block_size=n, tp=tp, dp_attention=dp_attention)
     request_bytes = kv_request + state
     requests_per_gpu = budget // request_bytes if request_bytes else 0
     return CapacityResult(

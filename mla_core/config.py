@@ -27,9 +27,12 @@ import json
 import os
 import stat
 
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
+
 from .errors import ConfigError, MLAError
-from .spec import (ATTENTION_KINDS, AttentionSpec, IndexerSpec, LayerSpec, ModelSpec, MoESpec,
-                   RecurrentSpec)
+from .layers import CompressedMLA, Indexer, LayerSpec, NoCache, RecurrentState, SharedKV, attention_cache
+from .spec import ATTENTION_KINDS, AttentionSpec, ModelSpec, MoESpec
 from .units import TORCH_DTYPE_NAMES
 
 # quantization_config.quant_method values whose weight bytes are modelled (docs/model.md): fp8 at 1 B
@@ -316,9 +319,12 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
     if n_h % n_kv:
         raise ConfigError(f"num_attention_heads ({n_h}) is not divisible by num_key_value_heads ({n_kv})")
 
+    # DeepSeek-V4: one latent of head_dim a token (its last qk_rope_head_dim dims RoPE), shared by
+    # the heads; costed as MLA with d_c = head_dim - d_r, d_r (docs/model.md "Layouts of 2026").
+    is_v4 = model_type == "deepseek_v4" or cfg.get("compress_ratios") is not None
     # MLA fields: all or nothing.
     mla_fields = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
-    present = [f for f in mla_fields if cfg.get(f) is not None]
+    present = [] if is_v4 else [f for f in mla_fields if cfg.get(f) is not None]
     if present and "kv_lora_rank" not in present and "qk_rope_head_dim" not in present:
         present = []  # a lone qk_nope_head_dim is not MLA
     if present:
@@ -336,6 +342,15 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
             notes.append("v_head_dim absent: taken as qk_nope_head_dim")
         d_q = r.int_("q_lora_rank")
         attention = AttentionSpec(n_h, n_kv, d_nope, d_c, d_r, d_nope, d_v, d_q)
+    elif is_v4:
+        d = r.int_("head_dim")
+        d_r = r.int_("qk_rope_head_dim")
+        for key, v in (("head_dim", d), ("qk_rope_head_dim", d_r)):
+            if v is None:
+                raise ConfigError(f"DeepSeek-V4 compressed attention (compress_ratios) needs {key}")
+        if d_r >= d:
+            raise ConfigError(f"qk_rope_head_dim ({d_r}) must be below head_dim ({d}) in DeepSeek-V4's latent")
+        attention = AttentionSpec(n_h, n_kv, d - d_r, d - d_r, d_r, d - d_r, d, r.int_("q_lora_rank"))
     else:
         d_h = r.int_("head_dim")
         if d_h is None:
@@ -347,7 +362,12 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
             d_h = hidden // n_h
         attention = AttentionSpec(n_h, n_kv, d_h)
 
-    layer_specs, recurrent = _layer_plan(r, model_type, layers, attention, hidden, notes)
+    indexer = None
+    if cfg.get("index_head_dim") is not None:
+        indexer = Indexer(r.int_("index_head_dim"), r.int_("index_n_heads", required=True),
+                          r.int_("index_topk", maximum=MAX_WINDOW))
+    plan, layer_specs, mtp_layer = _layer_plan(r, model_type, layers, attention, hidden, notes, indexer)
+    attention = plan.attention or attention
     params_complete = True
     try:
         moe = _moe(r, model_type, layers)
@@ -397,13 +417,6 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
             notes.append(f"quantization_config.quant_method {_short(quant_method)} is not modelled: weights "
                          f"counted at {torch_dtype} (set the weights dtype to change it)")
 
-    indexer = None
-    if cfg.get("index_head_dim") is not None:
-        indexer = IndexerSpec(
-            r.int_("index_head_dim"),
-            r.int_("index_n_heads", required=True),
-            r.int_("index_topk", maximum=MAX_WINDOW),
-        )
 
     attention_bias = r.bool_("attention_bias", None)
     if attention_bias is None:
@@ -427,7 +440,6 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         hidden_size=hidden,
         attention=attention,
         layers=layer_specs,
-        recurrent=recurrent,
         intermediate_size=intermediate,
         vocab_size=vocab,
         tie_word_embeddings=tie,
@@ -448,14 +460,37 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         max_position_embeddings=mpe if type(mpe := cfg.get("max_position_embeddings")) is int and mpe > 0 else None,
         quant_modules_not_converted=modules_not_converted,
         extra_dense_mlps=_EXTRA_DENSE_MLPS.get(model_type, 0),
-        mlp_layers=_mlp_layers(cfg, layers),
+        mlp_layers=plan.mlp_layers,
+        mlp_widths=plan.mlp_widths,
+        ssm_state_dtype=_ssm_state_dtype(r, notes),
+        mtp_layer=mtp_layer,
         params_complete=params_complete,
         notes=tuple(notes),
     )
 
 
-# `layer_types` values (docs/model.md, "Every layer its own cache"): attention kinds, and the two
-# spellings of a recurrent layer whose kind depends on the model family.
+# ---------------------------------------------------------------------------------------------
+# Which layer holds which cache: one table of layout rules (docs/model.md, "Every layer its own
+# cache" and "Layouts of 2026"), tried in order of precedence; the first that applies decides.
+# A rule returns a `_Plan`: per decoder layer its slots ("full", "sliding", "chunked", "none",
+# "rec", or ("compressed", r)), the recurrent kind, and the shapes of kinds that carry their own
+# heads or widths. `_build_layers` turns a plan into typed caches (mla_core/layers.py). A new
+# layout is one rule here and, if its cache is new, one class there.
+
+@dataclass
+class _Plan:
+    slots: list  # per layer: a tuple of slot names (or ("compressed", r) for DeepSeek-V4)
+    rec_kind: str | None = None
+    shapes: dict = dc_field(default_factory=dict)  # slot -> AttentionSpec with the kind's own heads / widths
+    per_layer: list | None = None  # per layer: an AttentionSpec overriding the slot's shape (DeciLM)
+    attention: AttentionSpec | None = None  # the model-wide shape, when the rule sets it
+    mlp_widths: tuple | None = None  # per-layer dense MLP widths (DeciLM ffn_mult)
+    mlp_layers: tuple | None = None  # per-layer: has an MLP / MoE block
+    rule: str = ""
+
+
+# `layer_types` values: attention kinds, and the spellings of a recurrent layer whose kind depends
+# on the model family.
 _LAYER_TYPE_KINDS = {
     "full_attention": "full",
     "attention": "full",
@@ -463,128 +498,345 @@ _LAYER_TYPE_KINDS = {
     "sliding_attention": "sliding",
     "chunked_attention": "chunked",
 }
-# What `linear_attention` means per model_type (and `mamba` always Mamba-2).
-_LINEAR_ATTENTION_KIND = {"qwen3_next": "gdn", "kimi_linear": "kda", "minimax": "lightning",
+# What `linear_attention` means per model_type (and `mamba` always Mamba-2, `conv` LFM2's short conv).
+_LINEAR_ATTENTION_KIND = {"qwen3_next": "gdn", "qwen3_5": "gdn", "qwen3_5_moe": "gdn", "qwen3_5_text": "gdn",
+                          "qwen3_5_moe_text": "gdn", "qwen3_6": "gdn", "qwen3_6_moe": "gdn",
+                          "kimi_linear": "kda", "kimi_k3": "kda", "minimax": "lightning",
                           "minimax_m1": "lightning", "minimax_text_01": "lightning"}
-_HYBRID_PATTERN = {"*": ("full", False), "M": ("none", True), "-": ("none", False), "E": ("none", False)}
+_HYBRID_PATTERN = {"*": ("full",), "M": ("rec",), "-": ("none",), "E": ("none",)}
+_BLOCK_TYPES = {"attention": ("full",), "mamba": ("rec",), "moe": ("none",), "mlp": ("none",)}
+
+
+def _unknown(notes: list, what: str, value) -> tuple:
+    notes.append(f"{what} {_short(value)} is not a layer kind this tool knows: counted as full attention "
+                 "(the figures may be wrong)")
+    return ("full",)
+
+
+def _rule_compressed(r: _Reader, ctx: dict) -> _Plan | None:
+    """DeepSeek-V4: `compress_ratios[i]` per layer (0: the window only), the trailing entry the MTP
+    layer's."""
+    cfg, n = r.cfg, ctx["n"]
+    if cfg.get("compress_ratios") is None and ctx["model_type"] != "deepseek_v4":
+        return None
+    ratios = cfg.get("compress_ratios")
+    if ratios is None:
+        raise ConfigError("DeepSeek-V4 compressed attention needs compress_ratios (one ratio a layer)")
+    if not isinstance(ratios, list) or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in ratios):
+        raise ConfigError("compress_ratios must be a list of whole numbers (0: no compression)")
+    if len(ratios) not in (n, n + 1):
+        raise ConfigError(f"compress_ratios has {len(ratios)} entries for {n} layers (and at most one MTP layer)")
+    if r.cfg.get("sliding_window") is None:
+        raise ConfigError("DeepSeek-V4 compressed attention (compress_ratios) needs sliding_window")
+    return _Plan([(("compressed", x),) for x in ratios[:n]], rule="compress_ratios")
+
+
+def _rule_layer_types(r: _Reader, ctx: dict) -> _Plan | None:
+    layer_types, n, notes = r.cfg.get("layer_types"), ctx["n"], ctx["notes"]
+    if layer_types is None:
+        return None
+    if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+        raise ConfigError("layer_types must be a list of strings")
+    if len(layer_types) != n:
+        raise ConfigError(f"layer_types has {len(layer_types)} entries for {n} layers")
+    slots, rec_kind, seen = [], None, set()
+    model_type = ctx["model_type"]
+    for t in layer_types:
+        if t in _LAYER_TYPE_KINDS:
+            slots.append((_LAYER_TYPE_KINDS[t],))
+        elif t == "mamba":
+            rec_kind = "mamba2"
+            slots.append(("rec",))
+        elif t == "linear_attention" and model_type in _LINEAR_ATTENTION_KIND:
+            rec_kind = _LINEAR_ATTENTION_KIND[model_type]
+            slots.append(("rec",))
+        elif t == "conv" and model_type.startswith("lfm2"):
+            rec_kind = "shortconv"
+            slots.append(("rec",))
+        else:
+            if t not in seen:
+                seen.add(t)
+                _unknown(notes, "layer_types value", t)
+            slots.append(("full",))
+    return _Plan(slots, rec_kind, _global_shape(r, ctx), rule="layer_types")
+
+
+def _global_shape(r: _Reader, ctx: dict) -> dict:
+    """Gemma-4: full (global) layers use `num_global_key_value_heads` x `global_head_dim` (K and V
+    still two caches under `attention_k_eq_v`), the sliding layers the plain fields."""
+    cfg, att = r.cfg, ctx["attention"]
+    if cfg.get("num_global_key_value_heads") is None and cfg.get("global_head_dim") is None:
+        return {}
+    n_kv = r.int_("num_global_key_value_heads") or att.num_key_value_heads
+    d = r.int_("global_head_dim") or att.head_dim
+    if att.num_attention_heads % n_kv:
+        raise ConfigError(f"num_attention_heads ({att.num_attention_heads}) is not divisible by "
+                          f"num_global_key_value_heads ({n_kv})")
+    return {"full": AttentionSpec(att.num_attention_heads, n_kv, d)}
+
+
+def _rule_hybrid_override_pattern(r: _Reader, ctx: dict) -> _Plan | None:
+    pattern, n = r.cfg.get("hybrid_override_pattern"), ctx["n"]
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str) or len(pattern) != n:
+        raise ConfigError(f"hybrid_override_pattern must be a string of one character per layer ({n})")
+    slots = [_HYBRID_PATTERN[ch] if ch in _HYBRID_PATTERN else _unknown(ctx["notes"], "hybrid_override_pattern "
+                                                                          "character", ch) for ch in pattern]
+    return _Plan(slots, "mamba2" if "M" in pattern else None, rule="hybrid_override_pattern",
+                 mlp_layers=tuple(ch in "-E" for ch in pattern))
+
+
+def _rule_layers_block_type(r: _Reader, ctx: dict) -> _Plan | None:
+    """Nemotron-3.5 (`layers_block_type`, a list): attention, mamba (Mamba-2), moe, mlp a layer."""
+    types, n = r.cfg.get("layers_block_type"), ctx["n"]
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n or not all(isinstance(t, str) for t in types):
+        raise ConfigError(f"layers_block_type must list one block type per layer ({n})")
+    slots = [_BLOCK_TYPES[t] if t in _BLOCK_TYPES else _unknown(ctx["notes"], "layers_block_type value", t)
+             for t in types]
+    return _Plan(slots, "mamba2" if "mamba" in types else None, rule="layers_block_type",
+                 mlp_layers=tuple(t in ("moe", "mlp") for t in types))
+
+
+def _rule_hybrid_layer_pattern(r: _Reader, ctx: dict) -> _Plan | None:
+    """MiMo-V2: 0 = full attention with `num_key_value_heads` x `head_dim` K and `v_head_dim` V;
+    1 = sliding (`sliding_window`) with `swa_num_key_value_heads`, `swa_head_dim` K and
+    `swa_v_head_dim` V (its `attention_chunk_size` is not Llama-4 chunking)."""
+    pattern, n, att = r.cfg.get("hybrid_layer_pattern"), ctx["n"], ctx["attention"]
+    if pattern is None:
+        return None
+    if not isinstance(pattern, list) or len(pattern) != n or any(v not in (0, 1) or isinstance(v, bool)
+                                                                for v in pattern):
+        raise ConfigError(f"hybrid_layer_pattern must list 0 (full) or 1 (sliding) for each of {n} layers")
+    if 1 in pattern and r.cfg.get("sliding_window") is None:
+        raise ConfigError("MiMo's hybrid_layer_pattern (1 = sliding) needs sliding_window")
+    d_v = r.int_("v_head_dim") or att.head_dim
+    full = AttentionSpec(att.num_attention_heads, att.num_key_value_heads, att.head_dim, v_head_dim=d_v)
+    n_h = r.int_("swa_num_attention_heads") or att.num_attention_heads
+    n_kv = r.int_("swa_num_key_value_heads") or att.num_key_value_heads
+    d_k = r.int_("swa_head_dim") or att.head_dim
+    swa = AttentionSpec(n_h, n_kv, d_k, v_head_dim=r.int_("swa_v_head_dim") or d_k)
+    if n_h % n_kv:
+        raise ConfigError(f"swa_num_attention_heads ({n_h}) is not divisible by swa_num_key_value_heads ({n_kv})")
+    return _Plan([("full",) if v == 0 else ("sliding",) for v in pattern], shapes={"full": full, "sliding": swa},
+                 rule="hybrid_layer_pattern")
+
+
+def _rule_full_attention_interval(r: _Reader, ctx: dict) -> _Plan | None:
+    if r.cfg.get("full_attention_interval") is None:
+        return None
+    k = r.int_("full_attention_interval", maximum=MAX_LAYERS)
+    return _Plan([("full",) if (i + 1) % k == 0 else ("rec",) for i in range(ctx["n"])], "gdn",
+                 rule="full_attention_interval")
+
+
+def _rule_linear_attn_config(r: _Reader, ctx: dict) -> _Plan | None:
+    lac, n = r.cfg.get("linear_attn_config"), ctx["n"]
+    if lac is None:
+        return None
+    if not isinstance(lac, dict):
+        raise ConfigError("linear_attn_config must be an object")
+    sub = _Reader(lac, "linear_attn_config")
+    full_list, kda_list = sub.int_list("full_attn_layers", n), sub.int_list("kda_layers", n)
+    full, kda = set(full_list), set(kda_list)
+    if 0 in full or 0 in kda:
+        raise ConfigError("linear_attn_config lists layers from 1 (1-based); 0 is not a layer")
+    if len(full) != len(full_list) or len(kda) != len(kda_list):
+        raise ConfigError("linear_attn_config lists a layer twice")
+    if full & kda:
+        raise ConfigError(f"linear_attn_config puts layer {min(full & kda)} in both full_attn_layers and kda_layers")
+    slots = [("full",) if i in full else ("rec",) if i in kda
+             else _unknown(ctx["notes"], "layer", f"{i} (in neither full_attn_layers nor kda_layers)")
+             for i in range(1, n + 1)]
+    return _Plan(slots, "kda", rule="linear_attn_config")
+
+
+def _rule_attn_type_list(r: _Reader, ctx: dict) -> _Plan | None:
+    types, n = r.cfg.get("attn_type_list"), ctx["n"]
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n or any(t not in (0, 1) or isinstance(t, bool) for t in types):
+        raise ConfigError(f"attn_type_list must list 0 (lightning) or 1 (softmax) for each of {n} layers")
+    return _Plan([("full",) if t == 1 else ("rec",) for t in types], "lightning", rule="attn_type_list")
+
+
+def _rule_attn_layer_period(r: _Reader, ctx: dict) -> _Plan | None:
+    if r.cfg.get("attn_layer_period") is None:
+        return None
+    p = r.int_("attn_layer_period", maximum=MAX_LAYERS)
+    o = r.int_("attn_layer_offset", minimum=0, maximum=MAX_LAYERS) or 0
+    if o >= p:
+        raise ConfigError(f"attn_layer_offset ({o}) must be below attn_layer_period ({p}): no layer would be attention")
+    return _Plan([("full",) if i % p == o else ("rec",) for i in range(ctx["n"])], "mamba1", rule="attn_layer_period")
+
+
+def _rule_falcon_h1(r: _Reader, ctx: dict) -> _Plan | None:
+    if ctx["model_type"] != "falcon_h1":
+        return None
+    return _Plan([("full", "rec")] * ctx["n"], "mamba2", rule="falcon_h1")  # attention and Mamba-2 side by side
+
+
+def _rule_longcat(r: _Reader, ctx: dict) -> _Plan | None:
+    if ctx["model_type"] != "longcat_flash":
+        return None
+    return _Plan([("full", "full")] * ctx["n"], rule="longcat_flash")  # two MLA blocks a layer, a cache each
+
+
+def _rule_full_attn_idxs(r: _Reader, ctx: dict) -> _Plan | None:
+    """LFM2: `full_attn_idxs` are GQA layers, the others short convolutions."""
+    if r.cfg.get("full_attn_idxs") is None:
+        return None
+    n = ctx["n"]
+    idxs = set(r.int_list("full_attn_idxs", n - 1))
+    return _Plan([("full",) if i in idxs else ("rec",) for i in range(n)], "shortconv", rule="full_attn_idxs")
+
+
+def _rule_block_configs(r: _Reader, ctx: dict) -> _Plan | None:
+    """DeciLM / nemotron-nas (`block_configs`): a block whose attention is `no_op` (or
+    `replace_with_linear`) holds no cache; otherwise its KV heads are
+    num_attention_heads // attention.n_heads_in_group (vLLM and SGLang read it so). Its FFN's
+    width is DeciLM's `ffn_mult` rule (parameters only)."""
+    blocks, n, att = r.cfg.get("block_configs"), ctx["n"], ctx["attention"]
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or len(blocks) != n or not all(isinstance(b, dict) for b in blocks):
+        raise ConfigError(f"block_configs must list one object per layer ({n})")
+    slots, per_layer, widths, has_mlp = [], [], [], []
+    for i, b in enumerate(blocks):
+        a = b.get("attention") or {}
+        f = b.get("ffn") or {}
+        if not isinstance(a, dict) or not isinstance(f, dict):
+            raise ConfigError(f"block_configs[{i}].attention and .ffn must be objects")
+        sub = _Reader(a, f"block_configs[{i}].attention")
+        if sub.bool_("no_op", False) or sub.bool_("replace_with_linear", False):
+            slots.append(("none",))
+            per_layer.append(None)
+        else:
+            group = sub.int_("n_heads_in_group")
+            if group is None:
+                raise ConfigError(f"block_configs[{i}].attention needs n_heads_in_group (DeciLM's KV groups)")
+            if att.num_attention_heads % group:
+                raise ConfigError(f"block_configs[{i}]: n_heads_in_group {group} does not divide "
+                                  f"{att.num_attention_heads} heads")
+            slots.append(("full",))
+            per_layer.append(AttentionSpec(att.num_attention_heads, att.num_attention_heads // group, att.head_dim))
+        fr = _Reader(f, f"block_configs[{i}].ffn")
+        if fr.bool_("no_op", False) or fr.bool_("replace_with_linear", False):
+            widths.append(None)
+            has_mlp.append(False)
+        else:
+            mult = f.get("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+                raise ConfigError(f"block_configs[{i}].ffn needs a positive ffn_mult")
+            widths.append(_decilm_ffn_width(mult, ctx["hidden"]))
+            has_mlp.append(True)
+    shapes = [s for s in per_layer if s is not None]
+    common = max(set(shapes), key=shapes.count) if shapes else att
+    return _Plan(slots, per_layer=per_layer, attention=common, mlp_widths=tuple(widths), mlp_layers=tuple(has_mlp),
+                 rule="block_configs")
+
+
+def _decilm_ffn_width(ffn_mult: float, hidden: int) -> int:
+    """DeciLM's `_ffn_mult_to_intermediate_size`: int(2 ffn_mult hidden / 3) rounded up to 256."""
+    width = int(2 * ffn_mult * hidden / 3)
+    return -(-width // 256) * 256
+
+
+def _rule_chunked(r: _Reader, ctx: dict) -> _Plan | None:
+    """Llama 4: `no_rope_layers[i] == 1` marks a chunked (RoPE) layer, 0 a global one; without the
+    list, layer i is global when (i + 1) % no_rope_layer_interval == 0 (default 4)."""
+    if r.cfg.get("attention_chunk_size") is None:
+        return None
+    n = ctx["n"]
+    no_rope = r.cfg.get("no_rope_layers") or None  # [] on the hub means "derive it" (transformers)
+    if no_rope is not None:
+        if not isinstance(no_rope, list) or len(no_rope) != n or any(v not in (0, 1) or isinstance(v, bool)
+                                                                    for v in no_rope):
+            raise ConfigError(f"no_rope_layers must list 0 or 1 for each of {n} layers")
+        return _Plan([("chunked",) if v == 1 else ("full",) for v in no_rope], rule="attention_chunk_size")
+    interval = r.int_("no_rope_layer_interval", maximum=MAX_LAYERS) or 4
+    return _Plan([("full",) if (i + 1) % interval == 0 else ("chunked",) for i in range(n)],
+                 rule="attention_chunk_size")
+
+
+def _rule_windows(r: _Reader, ctx: dict) -> _Plan:
+    """The window rules: `sliding_window_pattern` P (layer i global when (i + 1) % P == 0);
+    Gemma-2 (even layers slide); otherwise `sliding_window` on every layer unless it is null or
+    `use_sliding_window` is false (Qwen2: with it true, layers from `max_window_layers` on slide)."""
+    n = ctx["n"]
+    window = r.int_("sliding_window", maximum=MAX_WINDOW)
+    full, slide = ("full",), ("sliding",)
+    if window is None:
+        return _Plan([full] * n, rule="")
+    pattern = r.int_("sliding_window_pattern", maximum=MAX_LAYERS)
+    if pattern is not None:
+        return _Plan([full if (i + 1) % pattern == 0 else slide for i in range(n)], rule="sliding_window_pattern")
+    if ctx["model_type"] == "gemma2":
+        return _Plan([slide if i % 2 == 0 else full for i in range(n)], rule="gemma2")
+    use = r.bool_("use_sliding_window", None)
+    if use is False:
+        return _Plan([full] * n, rule="use_sliding_window")
+    max_window_layers = r.int_("max_window_layers", minimum=0, maximum=MAX_LAYERS)
+    if use is True and max_window_layers is not None:
+        return _Plan([slide if i >= max_window_layers else full for i in range(n)], rule="max_window_layers")
+    return _Plan([slide] * n, rule="sliding_window")
+
+
+# The table, in docs/model.md's order of precedence.
+LAYOUT_RULES = (
+    ("compress_ratios", _rule_compressed),
+    ("layer_types", _rule_layer_types),
+    ("hybrid_override_pattern", _rule_hybrid_override_pattern),
+    ("layers_block_type", _rule_layers_block_type),
+    ("hybrid_layer_pattern", _rule_hybrid_layer_pattern),
+    ("full_attention_interval", _rule_full_attention_interval),
+    ("linear_attn_config", _rule_linear_attn_config),
+    ("attn_type_list", _rule_attn_type_list),
+    ("attn_layer_period", _rule_attn_layer_period),
+    ("falcon_h1", _rule_falcon_h1),
+    ("longcat_flash", _rule_longcat),
+    ("full_attn_idxs", _rule_full_attn_idxs),
+    ("block_configs", _rule_block_configs),
+    ("attention_chunk_size", _rule_chunked),
+)
 
 
 def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, hidden: int,
-                notes: list[str]) -> tuple[tuple[LayerSpec, ...], RecurrentSpec | None]:
-    """What each of the `n` layers caches, by the first rule of docs/model.md's list that applies,
-    then `num_kv_shared_layers`. Returns (layers, the recurrent state shape or None)."""
-    cfg = r.cfg
+                notes: list[str], indexer: Indexer | None) -> tuple[_Plan, tuple[LayerSpec, ...], LayerSpec | None]:
+    """What each of the `n` layers caches, by the first rule of LAYOUT_RULES that applies (else the
+    window rules), then `num_kv_shared_layers` and the sparse-attention indexers. Returns
+    (the plan, the layers, what one MTP draft layer holds or None for the default)."""
+    ctx = {"n": n, "model_type": model_type, "attention": attention, "hidden": hidden, "notes": notes}
+    plan = next((p for _, rule in LAYOUT_RULES if (p := rule(r, ctx)) is not None), None) or _rule_windows(r, ctx)
+    att = plan.attention or attention
     window = r.int_("sliding_window", maximum=MAX_WINDOW)
     chunk = r.int_("attention_chunk_size", maximum=MAX_WINDOW)
-    rec_kind: str | None = None
-    plan: list[tuple[str, bool]] | None = None  # (attention kind, holds recurrent state)
-    kv_caches = 1
+    kinds = {k for slots in plan.slots for k in slots if isinstance(k, str)}
+    if "sliding" in kinds and window is None:
+        raise ConfigError(f"{plan.rule or 'the config'} names sliding_attention layers but sliding_window is not set")
+    if "chunked" in kinds and chunk is None:
+        raise ConfigError(f"{plan.rule} names chunked_attention layers but attention_chunk_size is not set")
+    recurrent = _recurrent(r, plan.rec_kind, att, hidden) if plan.rec_kind else None
+    if "rec" in kinds and recurrent is None:
+        raise ConfigError(f"{plan.rule} names recurrent layers but the model's recurrent kind is not known")
+    index_on = _indexed_layers(r, n, model_type, indexer, notes)
 
-    def unknown(what: str, value) -> tuple[str, bool]:
-        notes.append(f"{what} {_short(value)} is not a layer kind this tool knows: counted as full attention")
-        return ("full", False)
+    def cache(slot, i: int):
+        if isinstance(slot, tuple):  # ("compressed", r): DeepSeek-V4
+            return _v4_cache(r, att, window, slot[1])
+        if slot == "rec":
+            return recurrent
+        if slot == "none":
+            return NoCache()
+        shape = (plan.per_layer[i] if plan.per_layer else None) or plan.shapes.get(slot) or att
+        ix = index_on(i)
+        c = attention_cache(shape, window if slot == "sliding" else None, chunk if slot == "chunked" else None, ix)
+        own = shape is not att and shape != att
+        return replace(c, own_shape=True) if own else c
 
-    layer_types = cfg.get("layer_types")
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
-            raise ConfigError("layer_types must be a list of strings")
-        if len(layer_types) != n:
-            raise ConfigError(f"layer_types has {len(layer_types)} entries for {n} layers")
-        plan, seen_unknown = [], set()
-        for t in layer_types:
-            if t in _LAYER_TYPE_KINDS:
-                plan.append((_LAYER_TYPE_KINDS[t], False))
-            elif t == "mamba":
-                rec_kind = "mamba2"
-                plan.append(("none", True))
-            elif t == "linear_attention" and model_type in _LINEAR_ATTENTION_KIND:
-                rec_kind = _LINEAR_ATTENTION_KIND[model_type]
-                plan.append(("none", True))
-            else:
-                if t not in seen_unknown:
-                    seen_unknown.add(t)
-                    unknown("layer_types value", t)
-                plan.append(("full", False))
-    elif cfg.get("hybrid_override_pattern") is not None:
-        pattern = cfg["hybrid_override_pattern"]
-        if not isinstance(pattern, str) or len(pattern) != n:
-            raise ConfigError(f"hybrid_override_pattern must be a string of one character per layer ({n})")
-        plan = []
-        for ch in pattern:
-            if ch not in _HYBRID_PATTERN:
-                plan.append(unknown("hybrid_override_pattern character", ch))
-            else:
-                plan.append(_HYBRID_PATTERN[ch])
-        rec_kind = "mamba2" if "M" in pattern else None
-    elif cfg.get("full_attention_interval") is not None:
-        k = r.int_("full_attention_interval", maximum=MAX_LAYERS)
-        plan = [("full", False) if (i + 1) % k == 0 else ("none", True) for i in range(n)]
-        rec_kind = "gdn"
-    elif cfg.get("linear_attn_config") is not None:
-        lac = cfg["linear_attn_config"]
-        if not isinstance(lac, dict):
-            raise ConfigError("linear_attn_config must be an object")
-        sub = _Reader(lac, "linear_attn_config")
-        full_list, kda_list = sub.int_list("full_attn_layers", n), sub.int_list("kda_layers", n)
-        full, kda = set(full_list), set(kda_list)
-        if 0 in full or 0 in kda:
-            raise ConfigError("linear_attn_config lists layers from 1 (1-based); 0 is not a layer")
-        if len(full) != len(full_list) or len(kda) != len(kda_list):
-            raise ConfigError("linear_attn_config lists a layer twice")
-        if full & kda:
-            raise ConfigError(f"linear_attn_config puts layer {min(full & kda)} in both full_attn_layers and kda_layers")
-        plan = []
-        for i in range(1, n + 1):
-            if i in full:
-                plan.append(("full", False))
-            elif i in kda:
-                plan.append(("none", True))
-            else:
-                plan.append(unknown("layer", f"{i} (in neither full_attn_layers nor kda_layers)"))
-        rec_kind = "kda"
-    elif cfg.get("attn_type_list") is not None:
-        types = cfg["attn_type_list"]
-        if not isinstance(types, list) or len(types) != n or any(t not in (0, 1) or isinstance(t, bool) for t in types):
-            raise ConfigError(f"attn_type_list must list 0 (lightning) or 1 (softmax) for each of {n} layers")
-        plan = [("full", False) if t == 1 else ("none", True) for t in types]
-        rec_kind = "lightning"
-    elif cfg.get("attn_layer_period") is not None:
-        p = r.int_("attn_layer_period", maximum=MAX_LAYERS)
-        o = r.int_("attn_layer_offset", minimum=0, maximum=MAX_LAYERS) or 0
-        if o >= p:
-            raise ConfigError(f"attn_layer_offset ({o}) must be below attn_layer_period ({p}): no layer would be attention")
-        plan = [("full", False) if i % p == o else ("none", True) for i in range(n)]
-        rec_kind = "mamba1"
-    elif model_type == "falcon_h1":
-        plan = [("full", True)] * n  # attention and Mamba-2 heads side by side in every layer
-        rec_kind = "mamba2"
-    elif model_type == "longcat_flash":
-        plan = [("full", False)] * n
-        kv_caches = 2  # two attention (MLA) blocks a layer, each with its own cache
-    elif chunk is not None:
-        no_rope = cfg.get("no_rope_layers") or None  # [] on the hub means "derive it" (transformers)
-        if no_rope is not None:
-            if not isinstance(no_rope, list) or len(no_rope) != n or any(v not in (0, 1) or isinstance(v, bool)
-                                                                        for v in no_rope):
-                raise ConfigError(f"no_rope_layers must list 0 or 1 for each of {n} layers")
-            plan = [("chunked", False) if v == 1 else ("full", False) for v in no_rope]
-        else:
-            interval = r.int_("no_rope_layer_interval", maximum=MAX_LAYERS) or 4
-            plan = [("full", False) if (i + 1) % interval == 0 else ("chunked", False) for i in range(n)]
-
-    if plan is None:
-        windows = _layer_windows(r, model_type, n)
-        layers = [LayerSpec("sliding", w) if w is not None else LayerSpec() for w in windows]
-    else:
-        if any(kind == "sliding" for kind, _ in plan) and window is None:
-            raise ConfigError("layer_types names sliding_attention layers but sliding_window is not set")
-        if any(kind == "chunked" for kind, _ in plan) and chunk is None:
-            raise ConfigError("layer_types names chunked_attention layers but attention_chunk_size is not set")
-        layers = []
-        for kind, rec in plan:
-            w = window if kind == "sliding" else chunk if kind == "chunked" else None
-            caches = kv_caches if kind in ("full", "sliding", "chunked") else 0
-            layers.append(LayerSpec(kind, w, caches, rec))
+    layers = [LayerSpec(tuple(cache(s, i) for s in slots)) for i, slots in enumerate(plan.slots)]
 
     shared = r.int_("num_kv_shared_layers", minimum=0, maximum=MAX_LAYERS) or 0
     own = sum(1 for layer in layers[:n - shared] if layer.kv_caches)
@@ -592,15 +844,65 @@ def _layer_plan(r: _Reader, model_type: str, n: int, attention: AttentionSpec, h
         raise ConfigError(f"num_kv_shared_layers ({shared}) leaves no earlier layer with a cache of its own to share "
                           f"(of {n} layers)")
     for i in range(n - shared, n):  # it still attends, over an earlier layer's cache, with its own kind's window
-        w = layers[i].window if layers[i].attention in ("sliding", "chunked") else None
-        layers[i] = LayerSpec("shared", w, 0, layers[i].recurrent)
+        src = next((c for c in layers[i].caches if c.holds_kv), attention_cache(att))
+        rec = tuple(c for c in layers[i].caches if c is recurrent)
+        layers[i] = LayerSpec((SharedKV(src, layers[i].window),) + rec)
     if not any(layer.kv_caches or layer.recurrent for layer in layers):
         raise ConfigError("no layer of this config holds a cache or a recurrent state (every layer is an MLP or "
                           "MoE block)")
+    mtp = None
+    ratios = r.cfg.get("compress_ratios")
+    if plan.rule == "compress_ratios" and isinstance(ratios, list) and len(ratios) == n + 1:
+        mtp = LayerSpec((_v4_cache(r, att, window, ratios[n]),), True)
+    elif r.cfg.get("indexer_types") is not None and indexer is not None:
+        mtp = LayerSpec((attention_cache(att, indexer=indexer),), True)  # GLM-5.2: MTP layers always index
+    return plan, tuple(layers), mtp
 
-    recurrent = _recurrent(r, rec_kind, attention, hidden) if rec_kind else None
-    return tuple(layers), recurrent
 
+def _v4_cache(r: _Reader, att: AttentionSpec, window: int, ratio: int) -> CompressedMLA:
+    d = att.kv_lora_rank + att.qk_rope_head_dim
+    ix = None
+    if ratio == 4:
+        dim = r.int_("index_head_dim")
+        if dim is None:
+            raise ConfigError("DeepSeek-V4's ratio-4 layers need index_head_dim (their indexer key)")
+        ix = Indexer(dim, r.int_("index_n_heads") or 0, r.int_("index_topk", maximum=MAX_WINDOW), "kv")
+    return CompressedMLA(att.num_attention_heads, d, att.qk_rope_head_dim, window, ratio, ix)
+
+
+def _indexed_layers(r: _Reader, n: int, model_type: str, indexer: Indexer | None, notes: list[str]):
+    """Which layers hold a sparse-attention index key: every attention layer with `index_head_dim`
+    (DeepSeek-V3.2); only those `indexer_types` marks `full` (GLM-5.2); MiniMax-M3's sparse layers
+    (`sparse_attention_config.sparse_attention_freq`), one index key head of `sparse_index_dim` at
+    the model dtype, K only where `sparse_disable_index_value`. Returns layer -> Indexer or None."""
+    types = r.cfg.get("indexer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n or not all(isinstance(t, str) for t in types):
+            raise ConfigError(f"indexer_types must list one string per layer ({n})")
+        if indexer is None:
+            raise ConfigError("indexer_types needs index_head_dim (the indexer key's width)")
+        return lambda i: indexer if types[i] == "full" else None
+    sac = r.cfg.get("sparse_attention_config")
+    if sac is not None:
+        if not isinstance(sac, dict):
+            raise ConfigError("sparse_attention_config must be an object")
+        sub = _Reader(sac, "sparse_attention_config")
+        freq = sac.get("sparse_attention_freq")
+        if sub.bool_("use_sparse_attention", True) is False or freq is None:
+            return lambda i: None
+        if not isinstance(freq, list) or len(freq) != n:
+            raise ConfigError(f"sparse_attention_config.sparse_attention_freq must list one flag per layer ({n})")
+        dim = sub.int_("sparse_index_dim")
+        if dim is None:
+            raise ConfigError("MiniMax sparse attention (sparse_attention_config) needs sparse_index_dim")
+        heads = sub.int_("sparse_num_index_heads") or 0
+        no_value = sac.get("sparse_disable_index_value") or [0] * n
+        if not isinstance(no_value, list) or len(no_value) != n:
+            raise ConfigError(f"sparse_attention_config.sparse_disable_index_value must list one flag per layer ({n})")
+        k_only = Indexer(dim, heads, None, "model_k")
+        kv = Indexer(dim, heads, None, "model_kv")
+        return lambda i: (k_only if no_value[i] else kv) if freq[i] else None
+    return lambda i: indexer
 
 def _mtp_layers(r: _Reader) -> int:
     """Multi-token-prediction draft layers the checkpoint ships: DeepSeek / GLM
@@ -615,12 +917,18 @@ def _mtp_layers(r: _Reader) -> int:
     return 0
 
 
-def _mlp_layers(cfg: dict, n: int) -> tuple[bool, ...] | None:
-    """Layers with an MLP or MoE block: Nemotron-H's `-` and `E` (its `*` and `M` blocks are
-    attention or Mamba alone); None (every layer) elsewhere."""
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and len(pattern) == n:
-        return tuple(ch in "-E" for ch in pattern)
+def _ssm_state_dtype(r: _Reader, notes: list[str]) -> str | None:
+    """The recurrent state's dtype the config declares, as vLLM reads it: Nemotron-H's
+    `mamba_ssm_cache_dtype`, Qwen3.5's `text_config.mamba_ssm_dtype` (vLLM's
+    mamba_ssm_cache_dtype). None when neither is set (the model's torch_dtype)."""
+    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
+        raw = r.str_(key)
+        if raw is None:
+            continue
+        if raw.lower() in TORCH_DTYPE_NAMES:
+            return TORCH_DTYPE_NAMES[raw.lower()]
+        notes.append(f"{key} {_short(raw)} not recognised: the state dtype is taken as torch_dtype")
+        return None
     return None
 
 
@@ -637,15 +945,15 @@ def _first_int(r: _Reader, names: tuple[str, ...], what: str, default: int | Non
     return default
 
 
-def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> RecurrentSpec:
+def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> RecurrentState:
     """The recurrent state shape of `kind` from its family's fields (docs/model.md), in the common
-    (H, P, G, N, K) form of `spec.RecurrentSpec`."""
+    (H, P, G, N, K) form of `layers.RecurrentState`."""
     if kind == "mamba1":  # Jamba
         expand = _first_int(r, ("mamba_expand",), "expansion factor")
         n_state = _first_int(r, ("mamba_d_state",), "state size")
         k = _first_int(r, ("mamba_d_conv",), "conv kernel")
         dt_rank = r.int_("mamba_dt_rank") or -(-hidden // 16)  # "auto": ceil(hidden / 16)
-        return RecurrentSpec("mamba1", expand * hidden, 1, 0, n_state, k, dt_rank)
+        return RecurrentState("mamba1", expand * hidden, 1, 0, n_state, k, dt_rank)
     if kind == "mamba2":  # Nemotron-H spellings first, then granite-4.0-h / Falcon-H1's
         h = _first_int(r, ("mamba_num_heads", "mamba_n_heads"), "heads")
         p = _first_int(r, ("mamba_head_dim", "mamba_d_head"), "head dim")
@@ -654,8 +962,8 @@ def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> 
         k = _first_int(r, ("conv_kernel", "mamba_d_conv"), "conv kernel")
         if h % g:
             raise ConfigError(f"the {h} Mamba-2 heads do not divide into {g} groups")
-        return RecurrentSpec("mamba2", h, p, g, n_state, k)
-    if kind == "gdn":  # Qwen3-Next
+        return RecurrentState("mamba2", h, p, g, n_state, k)
+    if kind == "gdn":  # Qwen3-Next, Qwen3.5
         h_k = _first_int(r, ("linear_num_key_heads",), "key heads")
         h_v = _first_int(r, ("linear_num_value_heads",), "value heads")
         d_k = _first_int(r, ("linear_key_head_dim",), "key head dim")
@@ -663,45 +971,24 @@ def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> 
         k = _first_int(r, ("linear_conv_kernel_dim",), "conv kernel")
         if h_v % h_k:
             raise ConfigError(f"linear_num_value_heads ({h_v}) is not a multiple of linear_num_key_heads ({h_k})")
-        return RecurrentSpec("gdn", h_v, d_v, h_k, d_k, k)
+        return RecurrentState("gdn", h_v, d_v, h_k, d_k, k)
     if kind == "kda":  # Kimi-Linear
-        lac = _Reader(r.cfg["linear_attn_config"], "linear_attn_config")
-        h = _first_int(lac, ("num_heads",), "heads")
-        d = _first_int(lac, ("head_dim",), "head dim")
-        k = _first_int(lac, ("short_conv_kernel_size",), "conv kernel")
-        return RecurrentSpec("kda", h, d, h, d, k)
+        lac = r.cfg.get("linear_attn_config")
+        if not isinstance(lac, dict):
+            raise ConfigError(f"{r.where} is missing linear_attn_config (the KDA layers' heads and conv kernel)")
+        lr = _Reader(lac, "linear_attn_config")
+        h = _first_int(lr, ("num_heads",), "heads")
+        d = _first_int(lr, ("head_dim",), "head dim")
+        k = _first_int(lr, ("short_conv_kernel_size",), "conv kernel")
+        return RecurrentState("kda", h, d, h, d, k)
     if kind == "lightning":  # MiniMax: n_h x d_h x d_h, no conv
         d = attention.head_dim
-        return RecurrentSpec("lightning", attention.num_attention_heads, d, 0, d, 1)
+        return RecurrentState("lightning", attention.num_attention_heads, d, 0, d, 1)
+    if kind == "shortconv":  # LFM2: (conv_L_cache - 1) x conv_dim (vLLM short_conv_state_shape)
+        k = _first_int(r, ("conv_L_cache",), "conv kernel (the LFM2 short convolution)")
+        dim = r.int_("conv_dim") or hidden
+        return RecurrentState("shortconv", dim, 1, 0, 0, k)
     raise ConfigError(f"recurrent kind {kind!r} has no state rule")
-
-
-def _layer_windows(r: _Reader, model_type: str, layers: int) -> tuple[int | None, ...]:
-    window = r.int_("sliding_window", maximum=MAX_WINDOW)
-    layer_types = r.cfg.get("layer_types")
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
-            raise ConfigError("layer_types must be a list of strings")
-        if len(layer_types) != layers:
-            raise ConfigError(f"layer_types has {len(layer_types)} entries for {layers} layers")
-        sliding = [t == "sliding_attention" for t in layer_types]
-        if any(sliding) and window is None:
-            raise ConfigError("layer_types names sliding_attention layers but sliding_window is not set")
-        return tuple(window if s else None for s in sliding)
-    if window is None:
-        return (None,) * layers
-    pattern = r.int_("sliding_window_pattern", maximum=MAX_LAYERS)
-    if pattern is not None:
-        return tuple(None if (i + 1) % pattern == 0 else window for i in range(layers))
-    if model_type == "gemma2":
-        return tuple(window if i % 2 == 0 else None for i in range(layers))
-    use = r.bool_("use_sliding_window", None)
-    if use is False:
-        return (None,) * layers
-    max_window_layers = r.int_("max_window_layers", minimum=0, maximum=MAX_LAYERS)
-    if use is True and max_window_layers is not None:
-        return tuple(window if i >= max_window_layers else None for i in range(layers))
-    return (window,) * layers
 
 
 # Other spellings of the MoE fields (Kimi-Linear, LongCat-Flash, gpt-oss).
@@ -719,6 +1006,18 @@ def _first_present(r: _Reader, names: tuple[str, ...], minimum: int = 1, require
     return None
 
 
+def _moe_layer_flags(r: _Reader, layers: int, first_dense: int) -> tuple[bool, ...]:
+    """MoE layers of a DeepSeek-style config: `moe_layer_freq` an int f (layer i >= first_k_dense_replace
+    with i % f == 0), or a list of one 0/1 flag a layer (MiMo-V2, MiniMax-M3)."""
+    freq = r.cfg.get("moe_layer_freq")
+    if isinstance(freq, list):
+        if len(freq) != layers or any(v not in (0, 1) for v in freq):
+            raise ConfigError(f"moe_layer_freq must list 0 or 1 for each of {layers} layers")
+        return tuple(bool(v) for v in freq)
+    f = r.int_("moe_layer_freq") or 1
+    return tuple(i >= first_dense and i % f == 0 for i in range(layers))
+
+
 def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
     """The MoE structure, by family: DeepSeek-style (`n_routed_experts`, or Kimi's `num_experts`
     with `first_k_dense_replace`; LongCat's zero experts), Jamba (`expert_layer_period`),
@@ -731,8 +1030,7 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
         # DeepSeek, Kimi, GLM-MoE, LongCat-Flash
         e = r.int_("n_routed_experts") if cfg.get("n_routed_experts") is not None else r.int_("num_experts")
         first_dense = r.int_("first_k_dense_replace", minimum=0, maximum=MAX_LAYERS) or 0
-        freq = r.int_("moe_layer_freq") or 1
-        moe_layers = tuple(i >= first_dense and i % freq == 0 for i in range(layers))
+        moe_layers = _moe_layer_flags(r, layers, first_dense)
         inter = _first_present(r, MOE_WIDTH_FIELDS, required=True)
         kwargs = dict(n_shared_experts=_first_present(r, MOE_SHARED_FIELDS, minimum=0) or 0,
                       zero_experts=r.int_("zero_expert_num", minimum=0) or 0)

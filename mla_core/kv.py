@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import NamedTuple
 
 from .errors import MLAError
 from .results import Result
-from .spec import ATTENTION_LAYER_KINDS, ModelSpec, as_variant
+from .layers import (FP8_DS_MLA_TILE, INDEXER_SCALE_BYTES, Precision, check_split,  # noqa: F401 (re-exported)
+                     full_attention_layer, heads_per_gpu)
+from .spec import ModelSpec, as_variant
 from .units import KV_DTYPES, STATE_DTYPES, row_bytes
 from .validate import MAX_BATCH, MAX_BLOCK, MAX_CONTEXT, MAX_TP, check_choice, check_int
 
 CACHE_LAYOUTS = ("latent", "expanded")
-INDEXER_SCALE_BYTES = 4  # one fp32 scale per token per layer (DeepSeek-V3.2 inference/model.py)
-FP8_DS_MLA_TILE = 128  # FlashMLA: one fp32 scale per 128 latent values
 
 
 def resolve_kv_dtype(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str = "latent") -> str:
@@ -56,29 +57,38 @@ def resolve_kv_dtype(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str
 
 
 def tp_split_error(model: ModelSpec, tp: int) -> str | None:
-    """Why tensor parallelism over `tp` GPUs cannot split `model`'s heads as engines do (vLLM:
+    """Why tensor parallelism over `tp` GPUs cannot split `model`'s layers as engines do (vLLM:
     query heads divide by tp; KV heads divide by tp, or tp by them, which replicates them; the
-    recurrent heads divide by tp), or None when it can."""
-    a = model.attention
+    recurrent heads divide by tp): each cache kind's own rule (`layers.CacheSpec.tp_error`),
+    or None when it can."""
     if tp <= 1:
         return None
-    if a.num_attention_heads % tp:
-        return f"tp {tp} does not divide the {a.num_attention_heads} query heads of {model.name}"
-    if not a.is_mla:
-        n_kv = a.num_key_value_heads
-        if (n_kv >= tp and n_kv % tp) or (n_kv < tp and tp % n_kv):
-            return f"tp {tp} does not split the {n_kv} KV heads of {model.name} evenly (nor replicate them)"
-    rec = model.recurrent
-    if rec is not None and model.recurrent_layers and rec.num_heads % tp:
-        return f"tp {tp} does not divide the {rec.num_heads} {rec.label} heads of {model.name}"
-    return None
+    err = check_split(model.layers, tp)
+    return f"{err} of {model.name}" if err else None
 
 
-def heads_per_gpu(heads: int, tp: int, dp_attention: bool = False) -> int:
-    """Heads one GPU holds: all with attention DP, else max(1, heads // tp) (replicated, never split)."""
-    if dp_attention or tp == 1:
-        return heads
-    return max(1, heads // tp)
+def precision(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str = "latent", state_dtype: str = "auto",
+              ssm_state_dtype: str = "auto") -> Precision:
+    """The dtypes `model`'s caches are stored at (`layers.Precision`): the kv_cache_dtype (`auto`
+    = torch_dtype), the MLA layout, and the recurrent state's two parts (docs/model.md "Layouts
+    of 2026": `state_dtype` sets both; `ssm_state_dtype` the recurrent part alone; `auto` = the
+    config's mamba_ssm_cache_dtype for the recurrent part when it declares one, torch_dtype
+    otherwise). Raises MLAError on an unknown dtype or layout."""
+    check_choice("cache_layout", cache_layout, CACHE_LAYOUTS)
+    kv = resolve_kv_dtype(model, kv_dtype, cache_layout)
+    conv = resolve_state_dtype(model, state_dtype)
+    check_choice("ssm_state_dtype", ssm_state_dtype, STATE_DTYPES)
+    if ssm_state_dtype != "auto":
+        ssm = ssm_state_dtype
+    elif state_dtype != "auto":
+        ssm = state_dtype
+    else:
+        ssm = model.ssm_state_dtype or model.torch_dtype
+    return Precision(kv, cache_layout if model.is_mla else "latent", conv, ssm, model.torch_dtype)
+
+
+def _groups(model: ModelSpec):
+    return [(g.layer, g.count) for g in model.cache_groups()]
 
 
 def kv_bytes_per_token_layer(
@@ -89,61 +99,38 @@ def kv_bytes_per_token_layer(
     tp: int = 1,
     dp_attention: bool = False,
 ) -> int:
-    """Bytes one token adds to one layer's cache on one GPU (indexer included).
+    """Bytes one token adds to one cache of the first layer that holds a per-token cache, on one
+    GPU (indexer included); for a model whose per-token layers all share one shape, every
+    layer's figure. `kv_bytes_per_token` is the sum over all layers.
 
     Args: `kv_dtype` from KV_DTYPES; `cache_layout` 'latent' or 'expanded' (MLA only; other
     models have one layout and ignore it); `tp` tensor-parallel ranks; `dp_attention` keeps
     every head on the GPU that holds the sequence.
-    Returns an int (bytes). Raises MLAError on a bad dtype, layout or tp.
-    """
-    check_choice("cache_layout", cache_layout, CACHE_LAYOUTS)
+    Returns bytes (an int; a compressed layer's may be a float). Raises MLAError on a bad
+    dtype, layout or tp."""
     check_int("tp", tp, maximum=MAX_TP)
-    dtype = resolve_kv_dtype(model, kv_dtype, cache_layout)
-    a = model.attention
-    if a.is_mla:
-        if cache_layout == "expanded":
-            h = heads_per_gpu(a.num_attention_heads, tp, dp_attention)
-            per_layer = h * (row_bytes(a.qk_nope_head_dim + a.qk_rope_head_dim, dtype) + row_bytes(a.v_head_dim, dtype))
-        elif dtype == "fp8_ds_mla":
-            tiles = -(-a.kv_lora_rank // FP8_DS_MLA_TILE)
-            per_layer = a.kv_lora_rank + 4 * tiles + 2 * a.qk_rope_head_dim
-        else:
-            per_layer = row_bytes(a.kv_lora_rank + a.qk_rope_head_dim, dtype)
-    else:
-        n_kv = heads_per_gpu(a.num_key_value_heads, tp, dp_attention)
-        per_layer = n_kv * 2 * row_bytes(a.head_dim, dtype)
-    if model.indexer is not None:
-        per_layer += model.indexer.index_head_dim + INDEXER_SCALE_BYTES
-    return per_layer
+    p = precision(model, kv_dtype, cache_layout)
+    for layer, _ in _groups(model):
+        for c in layer.caches:
+            if c.holds_kv:
+                return c.bytes_per_token(p, tp, dp_attention)
+    return 0
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "auto", cache_layout: str = "latent", *,
                        tp: int = 1, dp_attention: bool = False) -> int:
-    """Bytes one new token adds to one sequence, all per-token layers, before any window or
-    chunk cap (int): the attention shape's bytes x the caches the layers hold (`kv_layers`;
-    shared-KV, recurrent and attention-free layers hold none)."""
-    return model.kv_layers * kv_bytes_per_token_layer(
-        model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention
-    )
-
-
-def tokens_held(context: int, window: int | None, block_size: int | None = None) -> int:
-    """Tokens one layer holds for one sequence of `context` tokens: min(T, window), rounded up
-    to whole blocks of `block_size` when given."""
-    t = context if window is None else min(context, window)
-    if block_size:
-        t = -(-t // block_size) * block_size
-    return t
-
-
-def sequence_tokens_all_layers(model: ModelSpec, context: int, block_size: int | None = None) -> int:
-    """Sum over the per-token caches of the tokens each holds for one sequence (int)."""
-    return sum(n * tokens_held(context, w, block_size) for w, n in model.window_groups())
+    """Bytes one new token adds to one sequence, all layers, before any window or chunk cap:
+    the sum of every layer's caches (`layers.CacheSpec.bytes_per_token`; shared-KV, recurrent
+    and attention-free layers add none). An int (a float only for DeepSeek-V4's compressed
+    layers, one compressed entry per r tokens)."""
+    check_int("tp", tp, maximum=MAX_TP)
+    p = precision(model, kv_dtype, cache_layout)
+    return sum(n * layer.bytes_per_token(p, tp, dp_attention) for layer, n in _groups(model))
 
 
 def kv_cache_bytes(
     model: ModelSpec,
-    context: int,
+    context,
     batch: int = 1,
     kv_dtype: str = "auto",
     cache_layout: str = "latent",
@@ -151,20 +138,23 @@ def kv_cache_bytes(
     block_size: int | None = None,
     tp: int = 1,
     dp_attention: bool = False,
-) -> int:
+):
     """`B * sum over layers of bytes(layer, T)`: the per-token cache of `batch` sequences of
-    `context` tokens (recurrent state not included: see `state_bytes_per_sequence`), on one
-    GPU when `tp` > 1. Returns an int. Raises MLAError on bad inputs."""
-    check_int("context", context, maximum=MAX_CONTEXT)
+    `context` tokens (windows, chunks and compression applied; recurrent and compressor state
+    not included: see `state_bytes_per_sequence`), on one GPU when `tp` > 1. `context` an int
+    (returns an int) or a numpy array of ints (returns an array; the sweeps). Raises MLAError
+    on bad inputs."""
+    if not hasattr(context, "shape"):
+        check_int("context", context, maximum=MAX_CONTEXT)
     check_int("batch", batch, maximum=MAX_BATCH)
     if block_size is not None:
         check_int("block_size", block_size, maximum=MAX_BLOCK)
-    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
-    return batch * per_layer * sequence_tokens_all_layers(model, context, block_size)
+    p = precision(model, kv_dtype, cache_layout)
+    return batch * sum(n * layer.kv_bytes(context, p, tp, dp_attention, block_size) for layer, n in _groups(model))
 
 
 # ---------------------------------------------------------------------------------------------
-# Recurrent state (Mamba-1/2, Gated DeltaNet, KDA, lightning): constant per sequence.
+# Recurrent and compressor state: constant per sequence.
 
 def resolve_state_dtype(model: ModelSpec, state_dtype: str = "auto") -> str:
     """The recurrent state's dtype: `auto` is the model's torch_dtype (the KV dtype does not
@@ -174,31 +164,36 @@ def resolve_state_dtype(model: ModelSpec, state_dtype: str = "auto") -> str:
 
 
 def state_bytes_per_layer(model: ModelSpec, state_dtype: str = "auto", *, tp: int = 1,
-                          dp_attention: bool = False) -> int:
+                          dp_attention: bool = False, ssm_state_dtype: str = "auto") -> int:
     """Bytes of one recurrent layer's state for one sequence on one GPU (0 without recurrent
-    layers): elements (`spec.RecurrentSpec.elements`) x the state dtype's bytes.
+    layers): conv elements x the conv dtype + recurrent elements x the SSM dtype.
     Nemotron-Nano-9B-v2's Mamba-2 layer: 1,347,584 elements = 2,695,168 B at bf16 (vllm#24280)."""
     check_int("tp", tp, maximum=MAX_TP)
-    dtype = resolve_state_dtype(model, state_dtype)
-    if model.recurrent is None:
-        return 0
-    return model.recurrent.elements(tp, dp_attention) * row_bytes(1, dtype)
+    p = precision(model, state_dtype=state_dtype, ssm_state_dtype=ssm_state_dtype)
+    rec = model.recurrent
+    return rec.state_bytes(p, tp, dp_attention) if rec is not None else 0
 
 
 def state_bytes_per_sequence(model: ModelSpec, state_dtype: str = "auto", *, tp: int = 1,
-                             dp_attention: bool = False) -> int:
-    """Recurrent state of one sequence, all recurrent layers, on one GPU (int bytes); it does
-    not grow with the context."""
-    return model.recurrent_layers * state_bytes_per_layer(model, state_dtype, tp=tp, dp_attention=dp_attention)
+                             dp_attention: bool = False, ssm_state_dtype: str = "auto") -> int:
+    """The constant part of one sequence, all layers, on one GPU (int bytes): recurrent state and
+    DeepSeek-V4's compressor state; it does not grow with the context."""
+    check_int("tp", tp, maximum=MAX_TP)
+    p = precision(model, state_dtype=state_dtype, ssm_state_dtype=ssm_state_dtype)
+    return sum(n * layer.state_bytes(p, tp, dp_attention) for layer, n in _groups(model))
 
 
 @dataclass(frozen=True)
 class LayerGroup(Result):
     """Equal layers of a model, as the KV page's layer map and the JSON `layers` list show them.
 
-    `kind` is the layer's attention kind (full, sliding, chunked, shared, none) joined with its
-    recurrent kind ("full+mamba2" for Falcon-H1, "none+gdn" shown as "gdn"); `label` says it in
-    words; `layer_indices` are 0-based. Bytes are per layer, for one sequence, on one GPU."""
+    `kind` is the layer's attention kind (full, sliding, chunked, compressed, shared, none)
+    joined with its recurrent kind ("full+mamba2" for Falcon-H1; a recurrent layer alone is its
+    kind, "gdn"); `label` says it in words; `layer_indices` are 0-based; `shape` its heads and
+    widths (`kv_heads`, `k_dim`, `v_dim`, `window`, `compress_ratio`, `index_dim`, ...).
+    Bytes are per layer, for one sequence, on one GPU; `tokens_held` counts the entries of its
+    per-token cache (a compressed layer: window latents + compressed latents); `index_bytes_per_layer`
+    the index keys among them."""
 
     kind: str
     label: str
@@ -206,57 +201,44 @@ class LayerGroup(Result):
     layer_indices: tuple[int, ...]
     draft: bool
     kv_caches_per_layer: int
-    bytes_per_token_per_layer: int
+    bytes_per_token_per_layer: int | float
     tokens_held: int
     kv_bytes_per_layer: int
     state_bytes_per_layer: int
     bytes_per_layer: int  # kv + state, one sequence
+    shape: dict = dc_field(default_factory=dict)
+    index_bytes_per_layer: int = 0
 
 
 def layer_groups(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
                  state_dtype: str = "auto", block_size: int | None = None, tp: int = 1,
-                 dp_attention: bool = False) -> list[LayerGroup]:
+                 dp_attention: bool = False, ssm_state_dtype: str = "auto") -> list[LayerGroup]:
     """The model's layers grouped by what they cache (first-seen order), each with its bytes
     for one sequence of `context` tokens. Raises MLAError on bad inputs."""
     check_int("context", context, maximum=MAX_CONTEXT)
-    per_token = kv_bytes_per_token_layer(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
-    state = state_bytes_per_layer(model, state_dtype, tp=tp, dp_attention=dp_attention)
+    p = precision(model, kv_dtype, cache_layout, state_dtype, ssm_state_dtype)
     indices: dict = {}
     for i, layer in enumerate(model.layers):
         indices.setdefault(layer, []).append(i)
     out = []
     for layer, idx in indices.items():
-        held = layer.tokens_held(context, block_size)
-        kv = layer.kv_caches * per_token * held
-        st = state if layer.recurrent else 0
-        kind, label = layer_kind(model, layer)
-        out.append(LayerGroup(kind, label, len(idx), tuple(idx), layer.draft, layer.kv_caches,
-                              layer.kv_caches * per_token, held, kv, st, kv + st))
+        kv = layer.kv_bytes(context, p, tp, dp_attention, block_size)
+        st = layer.state_bytes(p, tp, dp_attention)
+        index = sum(_index_bytes(c, context, p, block_size) for c in layer.caches)
+        out.append(LayerGroup(layer.kind, layer.label, len(idx), tuple(idx), layer.draft, layer.kv_caches,
+                              layer.bytes_per_token(p, tp, dp_attention), layer.tokens_held(context, block_size),
+                              kv, st, kv + st, layer.shape(), index))
     return out
 
 
-def layer_kind(model: ModelSpec, layer) -> tuple[str, str]:
-    """(kind, label) of one layer of `model`: e.g. ("full", "full attention (MLA latent)"),
-    ("sliding", "sliding-window attention (4,096 tokens)"), ("mamba2", "Mamba-2 state"),
-    ("full+mamba2", "full attention (GQA) + Mamba-2 state")."""
-    att = ATTENTION_LAYER_KINDS[layer.attention]
-    attn_label = att["label"]
-    if att["tokens"] != "none":
-        shape = "MLA latent" if model.is_mla else model.kind.upper()
-        extra = f", {layer.window:,} tokens" if att["tokens"] == "window" and layer.window else ""
-        twice = f", {layer.kv_caches} caches" if layer.kv_caches > 1 else ""
-        attn_label = f"{attn_label} ({shape}{extra}{twice})"
-    elif layer.attention == "shared":  # it attends, over the cache it reads, as its own kind does
-        attn_label += f", {layer.window:,}-token window" if layer.window else ", full attention"
-    if layer.draft:
-        attn_label = f"draft layer: {attn_label}"
-    if not layer.recurrent:
-        return layer.attention, attn_label
-    rec = model.recurrent.kind if model.recurrent else "recurrent"
-    rec_label = f"{model.recurrent.label if model.recurrent else 'recurrent'} state"
-    if layer.attention == "none":
-        return rec, rec_label
-    return f"{layer.attention}+{rec}", f"{attn_label} + {rec_label}"
+def _index_bytes(cache, context: int, p: Precision, block_size: int | None) -> int:
+    """The index keys among a cache's bytes at `context` (0 without an indexer)."""
+    ix = getattr(cache, "indexer", None)
+    if ix is None:
+        return 0
+    entries = cache.compressed_entries(context, block_size) if hasattr(cache, "compressed_entries") \
+        else cache.tokens_held(context, block_size)
+    return ix.bytes_per_entry(p) * entries
 
 
 @dataclass(frozen=True)
@@ -292,18 +274,20 @@ class LayerMap(Result):
 def all_full_attention_bytes(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent",
                              *, block_size: int | None = None) -> int:
     """What one sequence of `context` tokens would hold if every layer (draft layers included)
-    were full attention of the model's attention shape, with no recurrent state (int bytes):
-    the hybrid's counterfactual on the KV page."""
-    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
-    return per_layer * len(model.layers) * tokens_held(context, None, block_size)
+    were full attention of the model's attention shape (`spec.ModelSpec.attention`, indexer
+    included), with no recurrent state (int bytes): the hybrid's counterfactual on the KV page."""
+    p = precision(model, kv_dtype, cache_layout)
+    plain = full_attention_layer(model.attention, model.indexer)
+    return plain.kv_bytes(context, p, block_size=block_size) * len(model.layers)
 
 
 def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
-              state_dtype: str = "auto", block_size: int | None = None) -> LayerMap:
+              state_dtype: str = "auto", block_size: int | None = None, ssm_state_dtype: str = "auto") -> LayerMap:
     """The model's layers one by one at `context` tokens (one sequence), for the layer map, with
     what the same model would hold with every layer full attention of its attention shape.
     Raises MLAError on bad inputs."""
-    groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size)
+    groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size,
+                          ssm_state_dtype=ssm_state_dtype)
     cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
                               g.state_bytes_per_layer, g.bytes_per_layer)
                     for g in groups for i in g.layer_indices), key=lambda c: c.index)
@@ -353,6 +337,7 @@ class KVReport(Result):
     is_hybrid: bool
     layers: tuple[LayerGroup, ...]
     notes: tuple[str, ...]
+    ssm_state_dtype: str = ""  # the recurrent part's dtype (`state_dtype` is the conv part's)
 
 
 def kv_report(
@@ -363,21 +348,25 @@ def kv_report(
     cache_layout: str = "latent",
     block_size: int | None = None,
     state_dtype: str = "auto",
+    ssm_state_dtype: str = "auto",
 ) -> KVReport:
     """Everything the `kv` command and the KV page print for one model (a `KVReport`).
     Raises MLAError on bad inputs."""
     cache = kv_cache_bytes(model, context, batch, kv_dtype, cache_layout, block_size=block_size)
-    dtype = resolve_kv_dtype(model, kv_dtype, cache_layout)
-    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
-    state_seq = state_bytes_per_sequence(model, state_dtype)
-    layout = cache_layout if model.is_mla else "kv_heads"
-    all_layers = len(model.layers)
+    p = precision(model, kv_dtype, cache_layout, state_dtype, ssm_state_dtype)
+    groups = tuple(layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype,
+                                block_size=block_size, ssm_state_dtype=ssm_state_dtype))
+    per_token = sum(g.bytes_per_token_per_layer * g.layers for g in groups)
+    state_seq = sum(g.state_bytes_per_layer * g.layers for g in groups)
+    index_per_token = sum(_index_bytes(c, 1, p, None) * g.count for g in model.cache_groups()
+                          for c in g.layer.caches if not hasattr(c, "compressed_entries"))
+    plain = full_attention_layer(model.attention, model.indexer)
     return KVReport(
         model=model.name,
         attention=model.kind,
-        cache_layout=layout,
-        kv_dtype=dtype,
-        state_dtype=resolve_state_dtype(model, state_dtype),
+        cache_layout=cache_layout if model.is_mla else "kv_heads",
+        kv_dtype=p.kv,
+        state_dtype=p.conv_state,
         context=context,
         batch=batch,
         block_size=block_size,
@@ -386,23 +375,21 @@ def kv_report(
         kv_layers=model.kv_layers,
         recurrent_layers=model.recurrent_layers,
         sliding_window_layers=model.num_sliding_layers,
-        kv_bytes_per_token_per_layer=per_layer,
-        kv_bytes_per_token=per_layer * model.kv_layers,
-        indexer_bytes_per_token=(
-            (model.indexer.index_head_dim + INDEXER_SCALE_BYTES) * model.kv_layers if model.indexer else 0
-        ),
+        kv_bytes_per_token_per_layer=kv_bytes_per_token_layer(model, kv_dtype, cache_layout),
+        kv_bytes_per_token=per_token,
+        indexer_bytes_per_token=index_per_token,
         kv_cache_bytes_per_sequence=cache // batch,
         kv_cache_bytes=cache,
         state_bytes_per_sequence=state_seq,
         state_bytes=batch * state_seq,
         cache_bytes=cache + batch * state_seq,
-        all_full_attention_kv_bytes_per_token=per_layer * all_layers,
+        all_full_attention_kv_bytes_per_token=plain.bytes_per_token(p) * len(model.layers),
         all_full_attention_cache_bytes=batch * all_full_attention_bytes(model, context, kv_dtype, cache_layout,
                                                                         block_size=block_size),
         is_hybrid=model.is_hybrid,
-        layers=tuple(layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype,
-                                  block_size=block_size)),
+        layers=groups,
         notes=model.notes,
+        ssm_state_dtype=p.ssm_state,
     )
 
 

@@ -13,46 +13,21 @@ DeepSeek-V3 671.0 B; DeepSeek-V2 235.7 B; DeepSeek-V2-Lite 15.7 B; Kimi-K2 1.03 
 """
 from __future__ import annotations
 
+from .layers import full_attention_layer
 from .spec import ModelSpec, model_memo
 
 
 def attention_params_per_layer(model: ModelSpec) -> int:
-    """Parameters of one layer's attention block (projections, their biases and norms), int."""
-    a = model.attention
-    h = model.hidden_size
-    n_h = a.num_attention_heads
-    if a.is_mla:
-        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        if a.q_lora_rank:
-            q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * n_h * qk  # q_a, q_a_norm, q_b
-        else:
-            q = h * n_h * qk  # q_proj
-        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank  # kv_a (+ RoPE key), kv_a_norm
-        kv += a.kv_lora_rank * n_h * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b: W_UK and W_UV
-        o = n_h * a.v_head_dim * h
-        total = q + kv + o
-    else:
-        d_h, n_kv = a.head_dim, a.num_key_value_heads
-        total = h * n_h * d_h + 2 * h * n_kv * d_h + n_h * d_h * h
-        if model.attention_bias:
-            total += n_h * d_h + 2 * n_kv * d_h
-        if model.qk_norm:
-            total += 2 * d_h
-    if model.o_bias:
-        total += h
-    if model.attn_sinks:
-        total += n_h
-    return total
+    """Parameters of one attention block of the model's attention shape (projections, their
+    biases and norms; the indexer apart), int: `layers.CacheSpec.projection_params` of a plain
+    full-attention layer."""
+    cache = full_attention_layer(model.attention, model.indexer).caches[0]
+    return cache.projection_params(model) - cache.indexer_params(model)
 
 
 def indexer_params_per_layer(model: ModelSpec) -> int:
-    """DeepSeek-V3.2 lightning indexer: wq_b, wk, k_norm (LayerNorm), weights_proj."""
-    ix = model.indexer
-    if ix is None:
-        return 0
-    h = model.hidden_size
-    q_in = model.attention.q_lora_rank or h
-    return q_in * ix.index_n_heads * ix.index_head_dim + h * ix.index_head_dim + 2 * ix.index_head_dim + h * ix.index_n_heads
+    """DeepSeek-V3.2 lightning indexer of one layer: wq_b, wk, k_norm (LayerNorm), weights_proj."""
+    return full_attention_layer(model.attention, model.indexer).caches[0].indexer_params(model)
 
 
 def mlp_params(model: ModelSpec, width: int) -> int:
@@ -91,15 +66,17 @@ def _param_breakdown(model: ModelSpec) -> dict[str, int]:
     h, layers = model.hidden_size, model.num_hidden_layers
     embed = (model.vocab_size or 0) * h
     norm = h * (2 if model.norm_with_bias else 1)
-    decoder = [layer for layer in model.layers if not layer.draft]
-    attn_layers = sum(1 for layer in decoder if layer.attention != "none") * _attention_blocks(model)
-    rec_layers = sum(1 for layer in decoder if layer.recurrent)
+    decoder = [(g.layer, g.count) for g in model.cache_groups() if not g.layer.draft]
+    attention = sum(n * sum(c.projection_params(model) - c.indexer_params(model) for c in layer.caches)
+                    for layer, n in decoder)
+    indexer = sum(n * sum(c.indexer_params(model) for c in layer.caches) for layer, n in decoder)
+    rec_layers = sum(n for layer, n in decoder if layer.recurrent)
     out = {
         "embed_tokens": embed,
         "lm_head": 0 if model.tie_word_embeddings else embed,
         "position_embeddings": model.learned_pos_embeddings * h,
-        "attention": attn_layers * attention_params_per_layer(model),
-        "indexer": attn_layers * indexer_params_per_layer(model),
+        "attention": attention,
+        "indexer": indexer,
         "recurrent": rec_layers * recurrent_params_per_layer(model),
         "norms": layers * model.norms_per_layer * norm + norm,
         "mlp_dense": 0,
@@ -113,7 +90,9 @@ def _param_breakdown(model: ModelSpec) -> dict[str, int]:
     has_mlp = model.mlp_layers if model.mlp_layers is not None else (True,) * layers
     n_moe = sum(moe_layers)
     n_dense = sum(1 for m, e in zip(has_mlp, moe_layers) if m and not e)
-    if model.intermediate_size:
+    if model.mlp_widths is not None:  # DeciLM: each block its own FFN width (None: no FFN)
+        out["mlp_dense"] = sum(mlp_params(model, w) for w in model.mlp_widths if w)
+    elif model.intermediate_size:
         out["mlp_dense"] = (n_dense + n_moe * model.extra_dense_mlps) * mlp_params(model, model.intermediate_size)
     if moe:
         out["moe_router"] = n_moe * _router_params(model)
@@ -159,12 +138,9 @@ def recurrent_params_per_layer(model: ModelSpec) -> int:
         return 3 * h * d_in + 3 * d_in * k + gates + h * rec.num_heads + rec.num_heads + d_in + rec.head_dim + d_in * h
     if rec.kind == "lightning":
         return 3 * h * d_in + h * d_in + d_in + d_in * h
+    if rec.kind == "shortconv":  # LFM2 ShortConv: in_proj h x 3 d, depthwise conv d x K, out_proj d x h
+        return h * 3 * d_in + d_in * k + d_in * h
     return 0
-
-
-def _attention_blocks(model: ModelSpec) -> int:
-    """Attention blocks a decoder layer has: 2 for LongCat-Flash (two MLA blocks a layer), else 1."""
-    return max((layer.kv_caches for layer in model.layers if not layer.draft), default=1) or 1
 
 
 def _router_params(model: ModelSpec) -> int:
@@ -187,7 +163,7 @@ def draft_layer_params(model: ModelSpec) -> int:
     own `eh_proj` (2h -> h) and its two input norms; embeddings and the output head are shared
     with the main model. DeepSeek-V3: 671.0 B + this = the 685 B the hub lists."""
     h = model.hidden_size
-    n = attention_params_per_layer(model) + indexer_params_per_layer(model) + model.norms_per_layer * h
+    n = sum(c.projection_params(model) for c in model.draft_caches()) + model.norms_per_layer * h
     moe = model.moe
     if moe and moe.moe_layers and moe.moe_layers[-1]:
         n += _router_params(model) + _shared_expert_params(model) + moe.n_routed_experts * routed_expert_params(model)

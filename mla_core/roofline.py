@@ -31,7 +31,8 @@ from typing import NamedTuple
 
 from .errors import MLAError
 from .hardware import GPU
-from .kv import heads_per_gpu, kv_cache_bytes, resolve_state_dtype, sequence_tokens_all_layers, state_bytes_per_sequence
+from .kv import heads_per_gpu, kv_cache_bytes, resolve_state_dtype, state_bytes_per_sequence
+from .layers import MLA_PATHS, MLAttention, full_attention_layer
 from .params import (active_params_per_token, experts_touched, params_streamed_per_step, params_total,
                      routed_params_streamed_per_step, weights_bytes)
 from .results import Result
@@ -39,28 +40,24 @@ from .spec import ModelSpec
 from .units import WEIGHT_DTYPES
 from .validate import MAX_BATCH, MAX_CONTEXT, MAX_TP, check_choice, check_int
 
-MLA_PATHS = ("absorbed", "recompute", "expanded")
 
 
 def attention_flops_per_token_layer(model: ModelSpec, mla_path: str = "absorbed", heads: int | None = None) -> int:
-    """Flops one sequence's new token spends per cached token per layer on `heads` query heads
-    (default: all). See the module docstring for the formulas. Returns an int."""
+    """Flops one sequence's new token spends per cached token in the model's attention shape
+    (`ModelSpec.attention`, the cache of a plain full-attention layer) on `heads` query heads
+    (default: all): `layers.FullAttention.flops_per_key` / `layers.MLAttention.flops_per_key`.
+    See the module docstring for the formulas. Returns an int."""
     check_choice("mla_path", mla_path, MLA_PATHS)
-    a = model.attention
-    h = a.num_attention_heads if heads is None else heads
-    if not a.is_mla:
-        return h * (2 * a.head_dim + 2 * a.head_dim)
-    if mla_path == "absorbed":
-        return h * (2 * (a.kv_lora_rank + a.qk_rope_head_dim) + 2 * a.kv_lora_rank)
-    expanded = h * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + 2 * a.v_head_dim)
-    if mla_path == "expanded":
-        return expanded
-    return expanded + 2 * a.kv_lora_rank * h * (a.qk_nope_head_dim + a.v_head_dim)
+    cache = full_attention_layer(model.attention).caches[0]
+    tp = model.attention.num_attention_heads // heads if heads else 1
+    if isinstance(cache, MLAttention):
+        return cache.flops_per_key(tp, False, mla_path)
+    return cache.flops_per_key(tp, False)
 
 
 def decode_attention(
     model: ModelSpec,
-    context: int,
+    context,
     batch: int = 1,
     kv_dtype: str = "auto",
     mla_path: str = "absorbed",
@@ -69,18 +66,22 @@ def decode_attention(
     dp_attention: bool = False,
 ) -> dict:
     """Attention of one decode step on one GPU: `attention_flops` (int), `attention_bytes`
-    (int, the cache read) and `attention_intensity_flop_per_byte` (float).
+    (int, the cache read) and `attention_intensity_flop_per_byte` (float), summed over the
+    layers that attend (each cache kind's `decode_flops` and `kv_bytes`: windows, chunks,
+    compression and per-layer heads applied). `context` an int, or a numpy array (the sweeps).
 
     `dp_attention` keeps all heads on the GPU (each GPU runs whole sequences); otherwise query
     heads split over `tp` and the MLA latent is read whole by every rank.
     Raises MLAError on bad inputs."""
-    check_int("context", context, maximum=MAX_CONTEXT)
+    if not hasattr(context, "shape"):
+        check_int("context", context, maximum=MAX_CONTEXT)
     check_int("batch", batch, maximum=MAX_BATCH)
     check_int("tp", tp, maximum=MAX_TP)
     check_choice("mla_path", mla_path, MLA_PATHS)
     layout = "expanded" if (model.is_mla and mla_path == "expanded") else "latent"
-    heads = heads_per_gpu(model.attention.num_attention_heads, tp, dp_attention)
-    flops = batch * attention_flops_per_token_layer(model, mla_path, heads) * sequence_tokens_all_layers(model, context)
+    flops = batch * sum(g.count * sum(c.decode_flops(context, tp, dp_attention, mla_path)
+                                      for c in g.layer.caches if c.attends)
+                        for g in model.cache_groups())
     nbytes = kv_cache_bytes(model, context, batch, kv_dtype, layout, tp=tp, dp_attention=dp_attention)
     return {
         "attention_flops": flops,
@@ -90,16 +91,16 @@ def decode_attention(
 
 
 def recurrent_step(model: ModelSpec, batch: int = 1, state_dtype: str = "auto", *, tp: int = 1,
-                   dp_attention: bool = False) -> tuple[int, int]:
-    """(bytes, flops) the recurrent layers spend in one decode step on one GPU (docs/model.md): each
-    reads and writes its state once (2 x state bytes per sequence) and costs
-    4 x recurrent elements + 2 x conv elements flops per sequence. (0, 0) without them."""
-    rec = model.recurrent
-    if rec is None or not model.recurrent_layers:
-        return 0, 0
-    nbytes = 2 * batch * state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention)
-    per_layer = 4 * rec.ssm_elements(tp, dp_attention) + 2 * rec.conv_elements(tp, dp_attention)
-    return nbytes, batch * model.recurrent_layers * per_layer
+                   dp_attention: bool = False, ssm_state_dtype: str = "auto") -> tuple[int, int]:
+    """(bytes, flops) the per-sequence state spends in one decode step on one GPU (docs/model.md):
+    each recurrent layer reads and writes its state once (2 x state bytes per sequence; DeepSeek-V4's
+    compressor state too) and costs 4 x recurrent elements + 2 x conv elements flops per
+    sequence. (0, 0) without such state."""
+    nbytes = 2 * batch * state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention,
+                                                  ssm_state_dtype=ssm_state_dtype)
+    flops = sum(g.count * sum(c.decode_flops(0, tp, dp_attention) for c in g.layer.caches if not c.attends)
+                for g in model.cache_groups())
+    return nbytes, batch * flops
 
 
 def decode_step_terms(model: ModelSpec, gpu: GPU, batch, *, context: int, kv_dtype: str = "auto",

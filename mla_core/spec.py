@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .errors import MLAError
+from .layers import (RECURRENT_KINDS, CacheSpec, Indexer, LayerSpec, RecurrentState,  # noqa: F401 (re-exported)
+                     full_attention_layer)
 
 ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
 
@@ -85,15 +87,6 @@ class AttentionSpec:
 
 
 @dataclass(frozen=True)
-class IndexerSpec:
-    """DeepSeek-V3.2 lightning indexer (sparse attention): its own small per-token cache."""
-
-    index_head_dim: int  # cached fp8 key width per token per layer (128)
-    index_n_heads: int  # indexer query heads (64)
-    index_topk: int | None = None  # tokens the main attention keeps (2048)
-
-
-@dataclass(frozen=True)
 class MoESpec:
     """Mixture-of-experts MLP structure (DeepSeek, Kimi, Qwen-MoE, GLM-MoE, gpt-oss)."""
 
@@ -114,117 +107,12 @@ class MoESpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-layer cache kinds (docs/model.md, "Every layer its own cache"). A new kind is one entry here.
-
-# What a layer's attention side holds per token: `tokens` says how many tokens it keeps for a
-# sequence of T ("all": T; "window": min(T, window); "none": it holds nothing of its own).
-ATTENTION_LAYER_KINDS: dict[str, dict] = {
-    "full": {"label": "full attention", "tokens": "all"},
-    "sliding": {"label": "sliding-window attention", "tokens": "window"},
-    "chunked": {"label": "chunked attention", "tokens": "window"},
-    "shared": {"label": "shared KV (reads an earlier layer's cache)", "tokens": "none"},
-    "none": {"label": "no attention (MLP / MoE block)", "tokens": "none"},
-}
-
-# Recurrent state kinds. Every one fits one shape (docs/model.md): per layer per sequence
-#     conv elements  = (K - 1) * (H * P + 2 * G * N)
-#     state elements = H * P * N
-# with H heads (or channels) of width P, G key groups of width N, K the conv kernel:
-#     Mamba-1          H = d_in = expand * hidden, P = 1, G = 0, N = d_state
-#     Mamba-2          H = heads, P = head dim, G = n_groups, N = d_state
-#     Gated DeltaNet   H = value heads, P = d_v, G = key heads, N = d_k
-#     KDA              H = G = heads, P = N = head dim
-#     lightning        H = heads, P = N = head dim, G = 0, K = 1 (no conv state)
-RECURRENT_KINDS: dict[str, str] = {
-    "mamba1": "Mamba-1",
-    "mamba2": "Mamba-2",
-    "gdn": "Gated DeltaNet",
-    "kda": "KDA (Kimi Delta Attention)",
-    "lightning": "lightning attention",
-}
-
-
-@dataclass(frozen=True)
-class RecurrentSpec:
-    """The per-sequence state one recurrent layer holds, in the common shape above.
-
-    Units: element counts (multiply by the state dtype's bytes). `num_heads` H and `num_groups`
-    G split over tensor-parallel ranks like KV heads (`state_elements(tp)`).
-    """
-
-    kind: str  # key of RECURRENT_KINDS
-    num_heads: int  # H (Mamba-1: d_in channels)
-    head_dim: int  # P
-    num_groups: int  # G (0 when the kind has no separate key groups in its conv)
-    state_size: int  # N
-    conv_kernel: int  # K (1: no conv state)
-    dt_rank: int = 0  # Mamba-1's low-rank time-step projection (parameters only)
-
-    @property
-    def label(self) -> str:
-        return RECURRENT_KINDS[self.kind]
-
-    def split(self, tp: int = 1, dp_attention: bool = False) -> tuple[int, int]:
-        """(heads, groups) on one GPU: heads max(1, H // tp); groups G // tp when G divides by
-        tp, else whole (docs/model.md); with attention DP the state stays whole on its GPU."""
-        if dp_attention or tp == 1:
-            return self.num_heads, self.num_groups
-        heads = max(1, self.num_heads // tp)
-        groups = self.num_groups // tp if (self.num_groups >= tp and self.num_groups % tp == 0) else self.num_groups
-        return heads, groups
-
-    def conv_elements(self, tp: int = 1, dp_attention: bool = False) -> int:
-        """Elements of the convolution state of one layer for one sequence on one GPU."""
-        h, g = self.split(tp, dp_attention)
-        return (self.conv_kernel - 1) * (h * self.head_dim + 2 * g * self.state_size)
-
-    def ssm_elements(self, tp: int = 1, dp_attention: bool = False) -> int:
-        """Elements of the recurrent (SSM / delta-rule / linear-attention) state, one layer, one
-        sequence, one GPU: H * P * N."""
-        h, _ = self.split(tp, dp_attention)
-        return h * self.head_dim * self.state_size
-
-    def elements(self, tp: int = 1, dp_attention: bool = False) -> int:
-        """All state elements of one layer for one sequence on one GPU (conv + recurrent)."""
-        return self.conv_elements(tp, dp_attention) + self.ssm_elements(tp, dp_attention)
-
-
-@dataclass(frozen=True)
-class LayerSpec:
-    """What one decoder layer caches for each sequence.
-
-    `attention` is a key of ATTENTION_LAYER_KINDS; `window` the tokens a sliding or chunked
-    layer keeps (on a shared-KV layer: the sliding window it attends over, None for full
-    attention; it keeps nothing itself); `kv_caches` how many caches of the model's attention
-    shape the layer holds (LongCat-Flash: 2 MLA blocks a layer; 0 for shared and attention-free
-    layers);
-    `recurrent` whether the layer also holds the model's recurrent state (Falcon-H1: both);
-    `draft` marks a multi-token-prediction / EAGLE draft layer added after the decoder.
-    """
-
-    attention: str = "full"
-    window: int | None = None
-    kv_caches: int = 1
-    recurrent: bool = False
-    draft: bool = False
-
-    def tokens_held(self, context: int, block_size: int | None = None) -> int:
-        """Tokens one of this layer's caches keeps for a sequence of `context` tokens: T, or
-        min(T, window), rounded up to whole blocks of `block_size` when given; 0 for none."""
-        rule = ATTENTION_LAYER_KINDS[self.attention]["tokens"]
-        if rule == "none" or self.kv_caches == 0:
-            return 0
-        t = context if (rule == "all" or self.window is None) else min(context, self.window)
-        if block_size:
-            t = -(-t // block_size) * block_size
-        return t
-
+# Per-layer caches: one class per kind in mla_core/layers.py (re-exported here for old imports).
 
 @dataclass(frozen=True)
 class CacheGroup:
-    """Equal layers grouped, as windows are grouped: `count` layers of one `layer` spec.
-
-    `first_layer` is the 0-based index of the first such layer (first-seen order)."""
+    """Equal layers grouped, as vLLM's KVCacheGroupSpec groups them: `count` layers of one `layer`
+    spec; `first_layer` is the 0-based index of the first such layer (first-seen order)."""
 
     layer: LayerSpec
     count: int
@@ -235,12 +123,13 @@ class CacheGroup:
 class ModelSpec:
     """One decoder-only model, as its config describes it.
 
-    `layers[i]` says what layer i caches (LayerSpec); draft layers, when turned on, follow the
-    `num_hidden_layers` decoder layers. Every per-token cache of one model has the shape of
-    `attention` (all families handled share one attention shape across layers), so a layer's
-    per-token bytes are `kv_caches` x the attention shape's bytes. `recurrent` is the state
-    shape of the layers with `recurrent=True`. Architecture flags (`attention_bias`,
-    `mlp_gated`, ...) serve the parameter count only.
+    `layers[i]` says what layer i caches (a `layers.LayerSpec` of typed caches, each with its
+    own shape and dtype rule); draft layers, when turned on, follow the `num_hidden_layers`
+    decoder layers and hold `mtp_layer`'s caches. `attention` is the model-wide attention shape
+    of the config's plain fields: the shape most layers' caches carry, what the MHA / GQA / MQA
+    / MLA counterfactuals and the what-if sliders change. Architecture flags (`attention_bias`,
+    `mlp_gated`, ...) serve the parameter count only. `ssm_state_dtype` is the recurrent
+    state's dtype the config declares (vLLM's `mamba_ssm_cache_dtype`), None when it says none.
     """
 
     name: str
@@ -249,14 +138,13 @@ class ModelSpec:
     hidden_size: int
     attention: AttentionSpec
     layers: tuple[LayerSpec, ...]
-    recurrent: RecurrentSpec | None = None
     intermediate_size: int | None = None  # dense MLP width (None: no MLP counted)
     vocab_size: int | None = None  # None: no embeddings counted
     tie_word_embeddings: bool = False
     torch_dtype: str = "bf16"  # our name of the config's torch_dtype / dtype (default bf16)
     quant_method: str | None = None  # quantization_config.quant_method
     moe: MoESpec | None = None
-    indexer: IndexerSpec | None = None
+    indexer: Indexer | None = None  # the sparse-attention indexer the config declares (parameters)
     # Parameter-count structure (docs/model.md "Parameter count from a config").
     attention_bias: bool = False  # biases on q, k, v
     o_bias: bool = False  # bias on the output projection
@@ -272,6 +160,9 @@ class ModelSpec:
     quant_modules_not_converted: tuple[str, ...] = ()  # quantization_config.modules_to_not_convert
     extra_dense_mlps: int = 0  # dense MLPs beside each MoE block (LongCat-Flash: 2)
     mlp_layers: tuple[bool, ...] | None = None  # layers with an MLP or MoE block (None: all; Nemotron-H: - and E)
+    mlp_widths: tuple[int | None, ...] | None = None  # per-layer dense MLP width (DeciLM block_configs)
+    ssm_state_dtype: str | None = None  # mamba_ssm_cache_dtype / text_config.mamba_ssm_dtype
+    mtp_layer: LayerSpec | None = None  # what one draft layer holds (None: full attention of `attention`)
     params_complete: bool = True  # False when a field only the parameter count needs is missing
     notes: tuple[str, ...] = ()  # assumptions the parser made, shown to the user
 
@@ -293,10 +184,15 @@ class ModelSpec:
         return sum(1 for layer in self.layers if layer.draft)
 
     @property
+    def recurrent(self) -> RecurrentState | None:
+        """The recurrent state shape of the model's recurrent layers (the first one), or None."""
+        return model_memo(self, "recurrent", lambda: next(
+            (c for layer in self.layers for c in layer.caches if isinstance(c, RecurrentState)), None))
+
+    @property
     def layer_windows(self) -> tuple[int | None, ...]:
         """Per layer: the tokens a sliding or chunked layer keeps, None otherwise."""
-        return tuple(layer.window if ATTENTION_LAYER_KINDS[layer.attention]["tokens"] == "window" else None
-                     for layer in self.layers)
+        return tuple(layer.window for layer in self.layers)
 
     @property
     def default_weights_dtype(self) -> str:
@@ -307,7 +203,7 @@ class ModelSpec:
         return self.torch_dtype
 
     def cache_groups(self) -> list[CacheGroup]:
-        """Equal layers grouped, in first-seen order (`CacheGroup`s)."""
+        """Equal layers grouped, in first-seen order (`CacheGroup`s): what every sum runs over."""
         return list(model_memo(self, "cache_groups", self._cache_groups))
 
     def _cache_groups(self) -> tuple[CacheGroup, ...]:
@@ -319,75 +215,48 @@ class ModelSpec:
                 counts[layer] = [1, i]
         return tuple(CacheGroup(layer, n, first) for layer, (n, first) in counts.items())
 
-    def window_groups(self) -> list[tuple[int | None, int]]:
-        """[(window or None, caches of the attention shape)] over layers holding per-token KV,
-        in first-seen order: what per-token arithmetic sums over."""
-        return list(model_memo(self, "window_groups", self._window_groups))
-
-    def _window_groups(self) -> tuple[tuple[int | None, int], ...]:
-        counts: dict[int | None, int] = {}
-        for layer in self.layers:
-            rule = ATTENTION_LAYER_KINDS[layer.attention]["tokens"]
-            if rule == "none" or layer.kv_caches == 0:
-                continue
-            w = layer.window if rule == "window" else None
-            counts[w] = counts.get(w, 0) + layer.kv_caches
-        return tuple(counts.items())
-
-    def attending_groups(self) -> list[tuple[str, int | None, int]]:
-        """[(kind, window, blocks)] over the layers that compute attention, in first-seen order:
-        what prefill attention sums over. A layer counts its caches of the attention shape
-        (LongCat: 2 a layer); a shared-KV layer holds none but attends over an earlier layer's
-        cache with its own window ("sliding", or "full" without one)."""
-        return list(model_memo(self, "attending_groups", self._attending_groups))
-
-    def _attending_groups(self) -> tuple[tuple[str, int | None, int], ...]:
-        counts: dict[tuple[str, int | None], int] = {}
-        for layer in self.layers:
-            if layer.attention == "shared":
-                key, n = ("sliding" if layer.window else "full", layer.window), 1
-            elif ATTENTION_LAYER_KINDS[layer.attention]["tokens"] == "none":
-                continue
-            else:
-                key = (layer.attention, layer.window if layer.attention in ("sliding", "chunked") else None)
-                n = layer.kv_caches
-            if n:
-                counts[key] = counts.get(key, 0) + n
-        return tuple((kind, w, n) for (kind, w), n in counts.items())
-
     @property
     def kv_layers(self) -> int:
-        """Per-token caches of the attention shape, summed over layers (LongCat counts 2 a layer)."""
-        return sum(n for _, n in model_memo(self, "window_groups", self._window_groups))
+        """Per-token caches summed over layers (LongCat counts 2 a layer)."""
+        return model_memo(self, "kv_layers", lambda: sum(g.layer.kv_caches * g.count for g in self.cache_groups()))
 
     @property
     def recurrent_layers(self) -> int:
-        return sum(1 for layer in self.layers if layer.recurrent)
+        return sum(g.count for g in self.cache_groups() if g.layer.recurrent)
 
     @property
     def num_sliding_layers(self) -> int:
-        return sum(1 for w in self.layer_windows if w is not None)
+        """Layers holding a per-token cache with a window or chunk."""
+        return sum(g.count for g in self.cache_groups() if g.layer.kv_caches and g.layer.window is not None)
 
     @property
     def is_hybrid(self) -> bool:
-        """True when some layer is not plain full attention (windows, chunks, shared KV,
-        recurrent state or attention-free blocks)."""
-        return any(layer.attention != "full" or layer.recurrent or layer.kv_caches != 1 for layer in self.layers)
+        """True when some layer is not plain full attention of the model's shape (windows, chunks,
+        compression, shared KV, recurrent state, attention-free blocks, its own heads)."""
+        plain = full_attention_layer(self.attention, self.indexer).caches
+        return any(g.layer.caches != plain for g in self.cache_groups() if not g.layer.draft)
+
+    def draft_caches(self) -> tuple[CacheSpec, ...]:
+        """What one draft layer holds: `mtp_layer`'s caches, else full attention of the model's shape."""
+        if self.mtp_layer is not None:
+            return self.mtp_layer.caches
+        return full_attention_layer(self.attention, self.indexer).caches
 
 
 def with_draft_layers(model: ModelSpec, n: int) -> ModelSpec:
-    """`model` with `n` draft (MTP / EAGLE) layers of its own full-attention kind appended
-    (docs/model.md: DeepSeek-V3's MTP module is one MLA layer). n = 0 removes them.
-    Raises MLAError for a negative or absurd n."""
+    """`model` with `n` draft (MTP / EAGLE) layers appended (docs/model.md: DeepSeek-V3's MTP
+    module is one MLA layer; DeepSeek-V4's is a window-only compressed layer, its trailing
+    `compress_ratios` entry). n = 0 removes them. Raises MLAError for a negative or absurd n."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > 1000:
         raise MLAError(f"draft layers must be a whole number from 0 to 1,000, got {n!r}")
     base = tuple(layer for layer in model.layers if not layer.draft)
-    draft = (LayerSpec("full", None, 1, False, True),) * n
+    draft = (LayerSpec(model.draft_caches(), True),) * n
     return replace(model, layers=base + draft)
 
 
-def full_attention(num_layers: int) -> tuple[LayerSpec, ...]:
-    return (LayerSpec(),) * num_layers
+def full_attention(num_layers: int, att: AttentionSpec) -> tuple[LayerSpec, ...]:
+    """`num_layers` layers of full attention of the shape `att`."""
+    return (full_attention_layer(att),) * num_layers
 
 
 def as_variant(
@@ -431,4 +300,13 @@ def as_variant(
             att = AttentionSpec(n_h, n_h, d_h, d_c, d_r, d_h, d_h, None)
     else:
         raise MLAError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}")
-    return replace(model, attention=att, name=f"{model.name} as {kind.upper()}")
+    return with_attention(model, att, name=f"{model.name} as {kind.upper()}")
+
+
+def with_attention(model: ModelSpec, att: AttentionSpec, **changes) -> ModelSpec:
+    """`model` with the model-wide attention shape `att`: every cache that carries the config's
+    plain shape takes `att` (same tokens rule: windows, chunks, shared layers), caches with their
+    own shape stay (`layers.CacheSpec.with_attention`); `changes` are further fields."""
+    layers = tuple(layer.with_attention(att) for layer in changes.pop("layers", model.layers))
+    mtp = model.mtp_layer.with_attention(att) if model.mtp_layer is not None else None
+    return replace(model, attention=att, layers=layers, mtp_layer=mtp, **changes)

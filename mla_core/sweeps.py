@@ -11,7 +11,7 @@ import numpy as np
 
 from .capacity import default_block_size
 from .capacity import kv_budget_bytes_per_gpu as capacity_budget
-from .kv import kv_bytes_per_token_layer, state_bytes_per_sequence
+from .kv import kv_bytes_per_token, kv_cache_bytes, state_bytes_per_sequence
 from .roofline import decode_step_terms
 from .spec import ModelSpec
 from .validate import MAX_BATCH, MAX_CONTEXT, check_int
@@ -38,45 +38,38 @@ def log_contexts(lo: int = 1024, hi: int = 1 << 20, points: int = 256) -> np.nda
     return np.unique(np.round(np.geomspace(lo, hi, points)).astype(np.int64))
 
 
-def tokens_held_all_layers(model: ModelSpec, contexts, block_size: int | None = None) -> np.ndarray:
-    """Vector of `kv.sequence_tokens_all_layers(model, T, block_size)` over `contexts`."""
+def _contexts_array(model: ModelSpec, contexts, per_token, block_size: int | None, scale: int = 1) -> np.ndarray:
+    """`contexts` as int64 when every byte count below stays under 2**62, else exact Python ints."""
     ts = _check_contexts(contexts)
-    bound = (max(ts, default=0) + (block_size or 0)) * max(model.kv_layers, 1)
-    t = _int_array(ts, bound)
-    total = np.zeros(len(ts), dtype=t.dtype)
-    for window, n in model.window_groups():
-        held = t if window is None else np.minimum(t, window)
-        if block_size:
-            held = -(-held // block_size) * block_size
-        total = total + n * held
-    return total
+    bound = int((max(ts, default=0) + (block_size or 0) + 1) * max(per_token, 1)) * max(scale, 1)
+    return _int_array(ts, bound)
 
 
 def kv_cache_bytes_vs_context(model: ModelSpec, contexts, batch: int = 1, kv_dtype: str = "auto",
                               cache_layout: str = "latent", *, block_size: int | None = None, tp: int = 1,
                               dp_attention: bool = False) -> np.ndarray:
-    """Vector of `kv.kv_cache_bytes(model, T, batch, ...)` over `contexts` (bytes)."""
+    """Vector of `kv.kv_cache_bytes(model, T, batch, ...)` over `contexts` (bytes): the same
+    per-layer arithmetic on an array of contexts."""
     check_int("batch", batch, maximum=MAX_BATCH)
-    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
-    ts = _check_contexts(contexts)
-    bound = (max(ts, default=0) + (block_size or 0)) * max(model.kv_layers, 1) * per_layer * batch
-    tokens = tokens_held_all_layers(model, ts, block_size).astype(np.int64 if bound < _INT64_SAFE else object)
-    return tokens * (per_layer * batch)
+    per_token = kv_bytes_per_token(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
+    t = _contexts_array(model, contexts, per_token, block_size, batch)
+    return kv_cache_bytes(model, t, batch, kv_dtype, cache_layout, block_size=block_size, tp=tp,
+                          dp_attention=dp_attention)
 
 
 def concurrent_requests_vs_context(model: ModelSpec, contexts, kv_budget_bytes: int, *, replicas: int = 1,
                                    kv_dtype: str = "auto", cache_layout: str = "latent", block_size: int | None = None,
-                                   tp: int = 1, dp_attention: bool = False, state_dtype: str = "auto") -> np.ndarray:
+                                   tp: int = 1, dp_attention: bool = False, state_dtype: str = "auto",
+                                   ssm_state_dtype: str = "auto") -> np.ndarray:
     """Vector of `capacity(...)['max_concurrent_requests']` over `contexts` for a fixed KV budget
-    per GPU: replicas * floor(budget / request_bytes_per_gpu(T)), the request's recurrent state
-    included."""
+    per GPU: replicas * floor(budget / request_bytes_per_gpu(T)), the request's state included."""
     n = default_block_size(model) if block_size is None else check_int("block_size", block_size)
-    per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
-    state = state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention)
-    ts = _check_contexts(contexts)
-    bound = max(kv_budget_bytes, (max(ts, default=0) + n) * model.kv_layers * per_layer + state) * max(replicas, 1)
-    tokens = tokens_held_all_layers(model, ts, n).astype(np.int64 if bound < _INT64_SAFE else object)
-    request_bytes = tokens * per_layer + state
+    per_token = kv_bytes_per_token(model, kv_dtype, cache_layout, tp=tp, dp_attention=dp_attention)
+    state = state_bytes_per_sequence(model, state_dtype, tp=tp, dp_attention=dp_attention,
+                                     ssm_state_dtype=ssm_state_dtype)
+    t = _contexts_array(model, contexts, per_token + state + kv_budget_bytes, n, replicas)
+    request_bytes = kv_cache_bytes(model, t, 1, kv_dtype, cache_layout, block_size=n, tp=tp,
+                                   dp_attention=dp_attention) + state
     return replicas * (kv_budget_bytes // np.maximum(request_bytes, 1))
 
 

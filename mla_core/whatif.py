@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from .errors import MLAError
 from .kv import divisors, largest_divisor_up_to
-from .spec import ModelSpec
+from .spec import ModelSpec, with_attention
 from .units import KV_BLOCK_FORMATS
 from .validate import check_int
 
@@ -163,8 +163,7 @@ def what_if(model: ModelSpec, **overrides: int | None) -> ModelSpec:
     own = own_values(model)
     symbols = {f: s for f, _, s, _ in WHAT_IF_FIELDS}
     said = ", ".join(f"{symbols[f]} {v:,}" for f, v in changes.items() if v != own[f])
-    return replace(model, attention=att, num_hidden_layers=layers, name=f"{model.name} (what-if: {said})",
-                   **per_layer)
+    return with_attention(model, att, num_hidden_layers=layers, name=f"{model.name} (what-if: {said})", **per_layer)
 
 
 @dataclass(frozen=True)

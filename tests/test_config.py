@@ -46,7 +46,7 @@ def test_window_precedence():
     m = parse_config(dict(base, layer_types=lt, sliding_window_pattern=3, attention_chunk_size=50))
     assert m.layer_windows == (100, None, 50, 100, None, None)
     # An unknown layer kind is counted as full attention, never silently: a note names it.
-    assert [layer.attention for layer in m.layers] == ["sliding", "full", "chunked", "sliding", "full", "full"]
+    assert [layer.kind for layer in m.layers] == ["sliding", "full", "chunked", "sliding", "full", "full"]
     assert any("'x'" in n and "full attention" in n for n in m.notes)
     qwen = dict(base, model_type="qwen2", use_sliding_window=True, max_window_layers=4)
     assert parse_config(qwen).layer_windows == (None,) * 4 + (100, 100)

@@ -14,7 +14,8 @@ from mla_core.kv import kv_cache_bytes, kv_report, state_bytes_per_layer, state_
 from mla_core.params import params_total, weights_bytes
 from mla_core.presets import load_gpu, load_model, model_entries, model_ids
 from mla_core.roofline import roofline
-from mla_core.spec import LayerSpec, with_draft_layers
+from mla_core.layers import full_attention_layer
+from mla_core.spec import with_draft_layers
 from mla_core.sweeps import decode_step_vs_batch
 
 GiB = 2**30
@@ -84,7 +85,10 @@ def test_kimi_linear_is_mla_and_answers():
     assert m.is_mla and r.kv_bytes_per_token == 7 * 1152
     # KDA: (K - 1) * 3 * h * d + h * d * d, h 32, d 128, K 4 -> 561,152 elements a layer.
     assert m.recurrent.elements() == 3 * 3 * 32 * 128 + 32 * 128 * 128
-    assert r.state_bytes_per_sequence == 20 * 561_152 * 2
+    # vLLM keeps KDA's recurrent state in float32 whatever the model dtype (MambaStateDtypeCalculator
+    # .kda_state_dtype: conv at the model dtype, recurrent torch.float32): 36,864 conv elements x 2 B
+    # + 524,288 recurrent elements x 4 B a layer (it was 561,152 x 2 B before the engines' rule).
+    assert r.state_bytes_per_sequence == 20 * (3 * 3 * 32 * 128 * 2 + 32 * 128 * 128 * 4) == 43_417_600
 
 
 def test_chunked_attention_caps_llama4_scout_at_1m():
@@ -202,7 +206,7 @@ def test_all_full_attention_model_gives_the_plain_formula(preset, t, batch):
     from dataclasses import replace
 
     m = load_model(preset)
-    full = replace(m, layers=(LayerSpec(),) * m.num_hidden_layers, recurrent=None)
+    full = replace(m, layers=(full_attention_layer(m.attention, m.indexer),) * m.num_hidden_layers)
     r = kv_report(full, t, batch)
     per_layer = r.kv_bytes_per_token_per_layer
     assert r.kv_cache_bytes == batch * m.num_hidden_layers * per_layer * t == r.cache_bytes

@@ -18,7 +18,7 @@ from mla_core.serving import (Deployment, Workload, communication, evaluate, pre
                               prefill_work, published_checks, search)
 from mla_core.config import synthetic_model
 from mla_core.kv import kv_report
-from mla_core.spec import LayerSpec
+from mla_core.layers import LayerSpec, SharedKV, attention_cache
 
 V3 = load_model("deepseek-v3")
 H200 = load_gpu("h200")
@@ -46,7 +46,8 @@ def test_prefill_pairs_and_flops_by_hand():
 def test_prefill_pairs_on_a_sliding_window():
     # Window 4, 10 tokens: keys a query sees are 1, 2, 3, 4, 4, 4, 4, 4, 4, 4 = 34 a layer.
     m = synthetic_model("gqa", layers=2, heads=8, kv_heads=2)
-    m = dataclasses.replace(m, layers=(LayerSpec("sliding", 4), LayerSpec()))
+    sliding, full = LayerSpec((attention_cache(m.attention, window=4),)), LayerSpec((attention_cache(m.attention),))
+    m = dataclasses.replace(m, layers=(sliding, full))
     assert prefill_attention_pairs(m, 10, 10) == 34 + 55
     # The last 3 tokens of 10: 4 + 4 + 4 on the sliding layer, 8 + 9 + 10 on the full one.
     assert prefill_attention_pairs(m, 10, 3) == 12 + 27
@@ -56,12 +57,14 @@ def test_prefill_pairs_on_a_chunked_layer_and_on_shared_kv_layers():
     # Chunks of 4, 10 tokens: a query sees its chunk so far: 1, 2, 3, 4, 1, 2, 3, 4, 1, 2 = 23 keys
     # (a window of 4 would be 34); the last 3 of 10 tokens (positions 7, 8, 9): 4 + 1 + 2.
     m = synthetic_model("gqa", layers=2, heads=8, kv_heads=2)
-    m = dataclasses.replace(m, layers=(LayerSpec("chunked", 4), LayerSpec()))
+    chunked, full = LayerSpec((attention_cache(m.attention, chunk=4),)), LayerSpec((attention_cache(m.attention),))
+    m = dataclasses.replace(m, layers=(chunked, full))
     assert prefill_attention_pairs(m, 10, 10) == 23 + 55
     assert prefill_attention_pairs(m, 10, 3) == 7 + 27
     # A shared-KV layer holds no cache but attends over an earlier one's: its pairs count, with its window.
-    m = dataclasses.replace(m, layers=(LayerSpec("sliding", 4), LayerSpec(), LayerSpec("shared", 4, 0),
-                                       LayerSpec("shared", None, 0)))
+    sliding = LayerSpec((attention_cache(m.attention, window=4),))
+    src = full.caches[0]
+    m = dataclasses.replace(m, layers=(sliding, full, LayerSpec((SharedKV(src, 4),)), LayerSpec((SharedKV(src, None),))))
     assert prefill_attention_pairs(m, 10, 10) == 2 * (34 + 55)
     # Gemma-3n E4B: 35 layers attend (the last 15 over the first 20 layers' caches), 28 of them on
     # the 512-token window (4 sliding for 1 full, as layer_types says), 7 full; 20 hold a cache.

@@ -376,26 +376,19 @@ def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
     }
 
 
-def _keys_before(n: int, kind: str, window: int | None) -> int:
-    """Keys summed over the queries at positions 0..n-1 of one attention block: p + 1 for full
-    attention; min(p + 1, window) on a sliding layer; (p mod chunk) + 1 on a chunked one (Llama 4
-    attends within its chunk of `attention_chunk_size` tokens)."""
-    if window is None or kind == "full" or n <= window:
-        return n * (n + 1) // 2
-    if kind == "chunked":
-        whole, rest = divmod(n, window)
-        return whole * (window * (window + 1) // 2) + rest * (rest + 1) // 2
-    return window * (window + 1) // 2 + (n - window) * window
-
-
 def prefill_attention_pairs(model: ModelSpec, input_len: int, new_tokens: int) -> int:
     """(query, key) pairs a prefill of the last `new_tokens` of `input_len` computes, summed over
-    the attention blocks of every layer (`ModelSpec.attending_groups`: shared-KV layers included,
-    they compute attention too): causal, with the keys a query sees on its layer kind
-    (`_keys_before`). Without windows a block has P (P + 1) / 2 + P (input_len - P). Returns an int."""
-    cached = input_len - new_tokens
-    return sum(n * (_keys_before(input_len, kind, w) - _keys_before(cached, kind, w))
-               for kind, w, n in model.attending_groups())
+    the attention blocks of every layer (shared-KV layers included: they compute attention too),
+    each cache kind counting the keys a query sees on it (`layers.CacheSpec.prefill_pairs`:
+    causal; windows, chunks and DeepSeek-V4's compressed entries applied). Without windows a
+    block has P (P + 1) / 2 + P (input_len - P). Returns an int."""
+    return sum(g.count * g.layer.prefill_pairs(input_len, new_tokens) for g in model.cache_groups())
+
+
+def prefill_attention_flops(model: ModelSpec, input_len: int, new_tokens: int) -> int:
+    """Attention flops of that prefill, all heads: pairs x each kind's flops a pair (MLA runs as
+    MHA over expanded K and V, DeepSeek-V2 section 2.1; `layers.CacheSpec.prefill_flops_per_pair`)."""
+    return sum(g.count * g.layer.prefill_attention_flops(input_len, new_tokens) for g in model.cache_groups())
 
 
 def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
@@ -408,14 +401,11 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     `bytes_gpu`, `weights_bytes_gpu`, `kv_bytes_gpu` (floats / ints)."""
     from ..kv import kv_cache_bytes
     from ..params import active_params_per_token, attention_side_params
-    from ..roofline import attention_flops_per_token_layer
 
     wdtype, tp = _wdtype(model, dep), dep.tp
     p = wl.new_prefill_tokens
     pairs = prefill_attention_pairs(model, wl.input_len, p)
-    # Prefill is compute bound and runs MLA as MHA over expanded K and V (DeepSeek-V2 section 2.1).
-    per_pair = attention_flops_per_token_layer(model, "expanded" if model.is_mla else "absorbed")
-    attention = float(pairs) * per_pair
+    attention = float(prefill_attention_flops(model, wl.input_len, p))
     active = active_params_per_token(model)
     dp = dep.dp_attention and tp > 1
     weights = _streamed_weight_bytes(model, wdtype, p, tp, dp)
