@@ -97,6 +97,7 @@ class CapacityResult(Result):
     max_concurrent_requests: int
     kv_used_bytes_per_gpu: int
     max_concurrency: float
+    notes: tuple[str, ...] = ()  # what the config parser assumed or could not model
 
 
 def capacity(
@@ -208,6 +209,7 @@ def capacity(
         max_concurrent_requests=replicas * requests_per_gpu,
         kv_used_bytes_per_gpu=requests_per_gpu * request_bytes,
         max_concurrency=replicas * blocks * n / context,
+        notes=model.notes,
     )
 
 

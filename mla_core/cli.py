@@ -106,8 +106,11 @@ def _add_model_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
     from .units import STATE_DTYPES
 
     c.add_argument("--state-dtype", default="auto", choices=STATE_DTYPES, metavar="DTYPE",
-                   help=f"recurrent state (Mamba, DeltaNet, KDA, lightning): {', '.join(STATE_DTYPES)} "
-                        "(default auto = the model's torch_dtype)")
+                   help=f"recurrent state, both parts (Mamba, DeltaNet, KDA, lightning, short conv): "
+                        f"{', '.join(STATE_DTYPES)} (default auto = the model's torch_dtype; vLLM's --mamba-cache-dtype)")
+    c.add_argument("--ssm-state-dtype", default="auto", choices=STATE_DTYPES, metavar="DTYPE",
+                   help="the recurrent (SSM) part alone (default auto = the config's mamba_ssm_cache_dtype, else "
+                        "--state-dtype; KDA's stays float32 as vLLM keeps it; vLLM's --mamba-ssm-cache-dtype)")
     d = c.add_mutually_exclusive_group()
     d.add_argument("--draft-layers", type=_int_arg("--draft-layers", minimum=0), metavar="N",
                    help="add N draft (MTP / EAGLE) layers of the model's own attention kind")
@@ -183,7 +186,7 @@ def cmd_kv(args) -> dict:
 
     model = _model(args)
     return kv_report(model, args.context, args.batch, args.kv_dtype, args.cache_layout, args.block_size,
-                     state_dtype=args.state_dtype)
+                     state_dtype=args.state_dtype, ssm_state_dtype=args.ssm_state_dtype)
 
 
 def cmd_capacity(args) -> dict:
@@ -207,6 +210,7 @@ def cmd_capacity(args) -> dict:
         context=args.context, gpu=gpu, num_gpus=args.num_gpus, tp=args.tp, dp_attention=args.dp_attention,
         weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
         kv_budget_bytes=budget, block_size=args.block_size, reserve_bytes=reserve, state_dtype=args.state_dtype,
+        ssm_state_dtype=args.ssm_state_dtype,
     )
     out = capacity(model, cache_layout=args.cache_layout, **kwargs).to_dict()
     if model.is_mla and args.cache_layout == "latent":
@@ -226,7 +230,7 @@ def cmd_roofline(args) -> dict:
     gpu = _gpu(args, required=True)
     return roofline(model, gpu, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype,
                     weights_dtype=args.weights_dtype, mla_path=args.mla_path, tp=args.tp,
-                    state_dtype=args.state_dtype)
+                    state_dtype=args.state_dtype, ssm_state_dtype=args.ssm_state_dtype)
 
 
 def cmd_plan(args) -> dict:
@@ -258,7 +262,8 @@ def cmd_plan(args) -> dict:
                   gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
                   link_bandwidth_Bps=link, block_size=args.block_size,
                   tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
-                  ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype)
+                  ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype,
+                  ssm_state_dtype=args.ssm_state_dtype)
     return plan.to_dict()
 
 
@@ -453,7 +458,11 @@ def render_table(command: str, result: dict) -> str:
         if r["sliding_window_layers"]:
             rows.append(("sliding-window layers", f"{r['sliding_window_layers']} of {r['num_hidden_layers']}"))
         if r["state_bytes_per_sequence"]:
-            rows += [("recurrent state per sequence", b(r["state_bytes_per_sequence"]) + f" ({r['state_dtype']})"),
+            dtypes = (f" (conv {r['state_dtype']}, recurrent {r['ssm_state_dtype']})"
+                      if r["recurrent_layers"] and r["state_dtype"] != r["ssm_state_dtype"]
+                      else f" ({r['state_dtype']})" if r["recurrent_layers"] else " (float32 compressor state)")
+            what = "recurrent state per sequence" if r["recurrent_layers"] else "compressor state per sequence"
+            rows += [(what, b(r["state_bytes_per_sequence"]) + dtypes),
                      ("cache + state, whole batch", b(r["cache_bytes"]))]
         if r["is_hybrid"] or r["draft_layers"]:
             for g in r["layers"]:
@@ -500,7 +509,7 @@ def render_table(command: str, result: dict) -> str:
             ("tokens/s (upper bound)", format_token_rate(r["tokens_per_s"])),
         ]
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+    return "\n".join([f"{k.ljust(width)}  {v}" for k, v in rows] + [f"note: {n}" for n in r.get("notes", ())])
 
 
 def render_plan(r: dict) -> str:

@@ -80,7 +80,62 @@ FIELDS_READ = (
     "index_head_dim", "index_n_heads", "index_topk", "multi_query", "new_decoder_architecture", "parallel_attn",
     "bias", "attention_bias", "mlp_bias", "use_qk_norm", "num_nextn_predict_layers", "_name_or_path",
     "max_position_embeddings", "mtp_num_hidden_layers", "use_mtp", "num_mtp_modules", "mtp_transformer_layers",
+    # Layouts of 2026 (docs/model.md)
+    "compress_ratios", "layers_block_type", "hybrid_layer_pattern", "swa_num_attention_heads",
+    "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "num_global_key_value_heads", "global_head_dim",
+    "full_attn_idxs", "conv_L_cache", "conv_dim", "block_configs", "indexer_types", "sparse_attention_config",
+    "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "o_lora_rank", "o_groups", "mlp_layer_types", "top_k_experts",
+    "attn_output_gate",
 )
+
+# Keys known not to shape the cache (or the parameter count this tool makes): every other key of a
+# config is read (FIELDS_READ) or unknown; an unknown key whose name suggests a cache layout gets a
+# note on every surface (docs/model.md, "Fields the parser does not read").
+KNOWN_NOT_CACHE = (
+    "architectures", "auto_map", "transformers_version", "_attn_implementation_autoset", "_attn_implementation",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "unk_token_id", "decoder_start_token_id",
+    "image_token_id", "video_token_id", "image_token_index", "boi_token_index", "eoi_token_index", "audio_token_id",
+    "vision_start_token_id", "vision_end_token_id", "vision_token_id",
+    "initializer_range", "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps",
+    "hidden_act", "hidden_activation", "activation_function", "hidden_dropout", "attention_dropout",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
+    "use_cache", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "router_z_loss_coef",
+    "rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq", "rope_type", "partial_rotary_factor",
+    "rotary_dim", "rotary_pct", "rotary_emb_base", "compress_rope_theta", "swa_rope_theta", "rope_interleave",
+    "max_window_layers_unused", "original_max_position_embeddings", "seq_length", "max_seq_len",
+    "quantization_config", "text_config", "vision_config", "audio_config", "vision_feature_layer",
+    "vision_feature_select_strategy", "multi_modal_projector_bias", "projector_hidden_act", "is_encoder_decoder",
+    "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
+    "ep_size", "aux_loss_alpha", "seq_aux", "moe_router_enable_expert_bias", "use_routing_bias", "router_bias",
+    "e_score_correction_bias", "num_hash_layers", "hc_mult", "hc_eps", "hc_sinkhorn_iters", "swiglu_limit",
+    "swiglu_alpha", "expert_dtype", "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar",
+    "logits_scaling", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_soft_cap",
+    "tie_encoder_decoder", "torchscript", "return_dict", "output_hidden_states", "output_attentions", "pretraining_tp",
+    "qk_norm_type", "use_gemma_norm", "postnorm", "shared_moe_mode", "layernorm_full_attention_alpha",
+    "layernorm_full_attention_beta", "layernorm_linear_attention_alpha", "layernorm_linear_attention_beta",
+    "layernorm_mlp_alpha", "layernorm_mlp_beta", "for_llm_compressor", "altup_active_idx", "altup_coef_clip",
+    "altup_correct_scale", "altup_lr_multiplier", "altup_num_inputs", "laurel_rank", "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input", "activation_sparsity_pattern", "zero_expert_type", "attention_method",
+    "mla_scale_q_lora", "mla_scale_kv_lora", "ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "num_experts_per_tok_unused", "use_sliding_window_unused", "attention_k_eq_v", "attention_value_scale",
+    "add_full_attention_sink_bias", "add_swa_attention_sink_bias", "attention_projection_layout",
+    "attention_sink_bias", "sliding_window_size", "prefill_chunk_size", "tensor_parallel_shards",
+    "conv_bias", "block_dim", "block_ff_dim", "block_multiple_of", "block_ffn_dim_multiplier",
+    "block_auto_adjust_ff_dim", "num_heads_unused", "mamba_conv_bias", "mamba_proj_bias", "mamba_chunk_size",
+    "mamba_hidden_act", "mamba_dt_min", "mamba_dt_max", "mamba_dt_limit", "mamba_dt_init_floor", "mamba_inner_layernorms",
+    "use_mamba_kernels", "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank",
+    "chunk_size", "use_conv_bias", "residual_in_fp32", "rescale_prenorm_residual", "use_bias", "mlp_hidden_act",
+    "expand", "head_dim_unused", "moe_latent_size", "moe_router_topk_scaling_factor", "num_logits_to_keep",
+    "linear_attn_type_unused", "full_attn_type_unused", "model_max_length", "keys_to_ignore_at_inference",
+    "apply_residual_connection_post_layernorm", "mamba_d_ssm",  # Falcon-H1: d_ssm = heads x head dim, as read
+    "block_mlp_init_scale", "block_norm_eps", "block_out_init_scale", "block_use_swiglu", "block_use_xavier_init",
+    "conv_dim_out", "conv_use_xavier_init", "layernorm_epsilon", "indexer_rope_interleave", "qk_head_dim",
+    "moe_shared_expert_overlap", "chunk_size_feed_forward", "pruned_heads", "index_share_for_mtp_iteration",
+    "index_skip_topk_offset", "index_topk_freq", "index_topk_pattern", "activation_situ_linear_beta",
+    "attn_res_block_size", "enable_moe_block",
+)
+LAYOUT_WORDS = ("layer", "pattern", "window", "attn", "kv", "head", "state", "conv", "ssm", "mamba", "index",
+                "compress", "sparse", "block", "hybrid", "linear", "chunk", "share")
 
 # HF config classes whose `tie_word_embeddings` defaults to True when the field is absent.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "gpt2", "gpt3", "minicpm3"}
@@ -265,6 +320,35 @@ def _short(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def unmodelled_fields(cfg: dict, nested: dict | None = None) -> list[str]:
+    """Keys of `cfg` (and of its layout sub-objects) that are neither read nor known not to shape
+    the cache and whose name suggests a cache layout (LAYOUT_WORDS), sorted: each gets the note
+    "field X is not modelled: the figures may be wrong" (docs/model.md)."""
+    read = set(FIELDS_READ) | {a for names in FIELD_ALIASES.values() for a in names} | set(KNOWN_NOT_CACHE)
+    out = []
+    for key, value in cfg.items():
+        if key in read or not isinstance(key, str) or value is None:  # a null is a field left unset
+            continue
+        low = key.lower()
+        if any(w in low for w in LAYOUT_WORDS):
+            out.append(key)
+    for parent, allowed in (nested or {}).items():
+        sub = cfg.get(parent)
+        if isinstance(sub, dict):
+            out += [f"{parent}.{k}" for k in sub if k not in allowed and any(w in str(k).lower() for w in LAYOUT_WORDS)]
+    return sorted(out)
+
+
+# Keys read inside the layout sub-objects (the rest of such an object is checked like top-level keys).
+_NESTED_READ = {
+    "linear_attn_config": ("full_attn_layers", "kda_layers", "num_heads", "head_dim", "short_conv_kernel_size",
+                           "head_k_dim", "head_v_dim"),
+    "sparse_attention_config": ("use_sparse_attention", "sparse_attention_freq", "sparse_index_dim",
+                                "sparse_num_index_heads", "sparse_disable_index_value", "sparse_topk_blocks",
+                                "sparse_block_size", "sparse_score_type", "sparse_init_block", "sparse_local_block"),
+}
+
+
 def parse_config(cfg, name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a parsed `config.json` object (see the module docstring).
 
@@ -367,6 +451,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         indexer = Indexer(r.int_("index_head_dim"), r.int_("index_n_heads", required=True),
                           r.int_("index_topk", maximum=MAX_WINDOW))
     plan, layer_specs, mtp_layer = _layer_plan(r, model_type, layers, attention, hidden, notes, indexer)
+    notes += [f"field {key} is not modelled: the figures may be wrong" for key in unmodelled_fields(cfg, _NESTED_READ)]
     attention = plan.attention or attention
     params_complete = True
     try:
@@ -992,7 +1077,7 @@ def _recurrent(r: _Reader, kind: str, attention: AttentionSpec, hidden: int) -> 
 
 
 # Other spellings of the MoE fields (Kimi-Linear, LongCat-Flash, gpt-oss).
-MOE_TOPK_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_topk")
+MOE_TOPK_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_topk", "top_k_experts")
 MOE_WIDTH_FIELDS = ("moe_intermediate_size", "expert_ffn_hidden_size")
 MOE_SHARED_FIELDS = ("n_shared_experts", "num_shared_experts")
 
@@ -1009,6 +1094,9 @@ def _first_present(r: _Reader, names: tuple[str, ...], minimum: int = 1, require
 def _moe_layer_flags(r: _Reader, layers: int, first_dense: int) -> tuple[bool, ...]:
     """MoE layers of a DeepSeek-style config: `moe_layer_freq` an int f (layer i >= first_k_dense_replace
     with i % f == 0), or a list of one 0/1 flag a layer (MiMo-V2, MiniMax-M3)."""
+    types = r.cfg.get("mlp_layer_types")  # GLM-5.2: "dense" / "sparse" a layer
+    if isinstance(types, list) and len(types) == layers:
+        return tuple(t in ("sparse", "moe") for t in types)
     freq = r.cfg.get("moe_layer_freq")
     if isinstance(freq, list):
         if len(freq) != layers or any(v not in (0, 1) for v in freq):

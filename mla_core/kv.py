@@ -389,7 +389,7 @@ def kv_report(
         is_hybrid=model.is_hybrid,
         layers=groups,
         notes=model.notes,
-        ssm_state_dtype=p.ssm_state,
+        ssm_state_dtype=model.recurrent.ssm_dtype(p) if model.recurrent is not None else p.ssm_state,
     )
 
 

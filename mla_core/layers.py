@@ -164,6 +164,11 @@ class CacheSpec:
     attends: ClassVar[bool] = False  # computes attention (prefill pairs, decode flops)
     own_shape: bool = False  # True: its heads / widths are its own, not the config's plain fields
 
+    @property
+    def windowed(self) -> bool:
+        """True for a per-token cache that keeps a sliding window or a chunk of the tokens."""
+        return self.holds_kv and (getattr(self, "window", None) is not None or getattr(self, "chunk", None) is not None)
+
     # What it holds
     def tokens_held(self, context, block_size: int | None = None):
         """Entries of its per-token cache held for a sequence of `context` tokens (0: none)."""
@@ -546,6 +551,7 @@ class CompressedMLA(CacheSpec):
     kind: ClassVar[str] = "compressed"
     holds_kv: ClassVar[bool] = True
     attends: ClassVar[bool] = True
+    windowed: ClassVar[bool] = False  # its window is one part; the compressed latents keep the whole context
 
     def entry_bytes(self, p: Precision) -> int:
         """Bytes of one latent entry (window or compressed)."""

@@ -105,7 +105,7 @@ def recurrent_step(model: ModelSpec, batch: int = 1, state_dtype: str = "auto", 
 
 def decode_step_terms(model: ModelSpec, gpu: GPU, batch, *, context: int, kv_dtype: str = "auto",
                       weights_dtype: str | None = None, mla_path: str = "absorbed", tp: int = 1,
-                      state_dtype: str = "auto", maximum=max) -> dict:
+                      state_dtype: str = "auto", maximum=max, ssm_state_dtype: str = "auto") -> dict:
     """The one decode-step arithmetic (module docstring), for an int `batch` or a numpy array of
     batches (`sweeps.decode_step_vs_batch` passes one with `maximum=numpy.maximum`): every term
     is linear in B except the routed experts touched, so the same lines serve both.
@@ -117,7 +117,7 @@ def decode_step_terms(model: ModelSpec, gpu: GPU, batch, *, context: int, kv_dty
     wdtype = weights_dtype or model.default_weights_dtype
     check_choice("weights_dtype", wdtype, tuple(WEIGHT_DTYPES))
     one = decode_attention(model, context, 1, kv_dtype, mla_path, tp=tp)  # one sequence; B times it
-    state_one, state_flops_one = recurrent_step(model, 1, state_dtype, tp=tp)
+    state_one, state_flops_one = recurrent_step(model, 1, state_dtype, tp=tp, ssm_state_dtype=ssm_state_dtype)
     streamed = params_streamed_per_step(model, batch)
     weights_step = -(-weights_bytes(model, wdtype, params=streamed,
                                     routed=routed_params_streamed_per_step(model, batch)) // tp)
@@ -181,6 +181,7 @@ class RooflineResult(Result):
     bound: str
     attention_time_s: float
     attention_bound: str
+    notes: tuple[str, ...] = ()  # what the config parser assumed or could not model
 
 
 def roofline(
@@ -194,6 +195,7 @@ def roofline(
     mla_path: str = "absorbed",
     tp: int = 1,
     state_dtype: str = "auto",
+    ssm_state_dtype: str = "auto",
 ) -> RooflineResult:
     """The decode step's roofline on one GPU of `gpu` (see the module docstring).
 
@@ -214,7 +216,7 @@ def roofline(
     # The attention alone, on the bf16 roofline (attention runs at the KV/activation precision).
     att = attention_roofline(model, gpu, context=context, batch=batch, kv_dtype=kv_dtype, mla_path=mla_path, tp=tp)
     s = decode_step_terms(model, gpu, batch, context=context, kv_dtype=kv_dtype, weights_dtype=wdtype,
-                          mla_path=mla_path, tp=tp, state_dtype=state_dtype)
+                          mla_path=mla_path, tp=tp, state_dtype=state_dtype, ssm_state_dtype=ssm_state_dtype)
     bandwidth, peak = s["bandwidth_Bps"], s["peak_flops"]
     t_mem, t_compute, step_time = s["memory_time_s"], s["compute_time_s"], s["step_time_s"]
     step_bytes, step_flops = s["step_bytes"], s["step_flops"]
@@ -255,6 +257,7 @@ def roofline(
         bound="memory" if t_mem >= t_compute else "compute",
         attention_time_s=att["attention_time_s"],
         attention_bound=att["bound"],
+        notes=model.notes,
     )
 
 

@@ -226,8 +226,8 @@ class ModelSpec:
 
     @property
     def num_sliding_layers(self) -> int:
-        """Layers holding a per-token cache with a window or chunk."""
-        return sum(g.count for g in self.cache_groups() if g.layer.kv_caches and g.layer.window is not None)
+        """Layers holding a per-token cache with a sliding window or a chunk."""
+        return sum(g.count for g in self.cache_groups() if any(c.windowed for c in g.layer.caches))
 
     @property
     def is_hybrid(self) -> bool:

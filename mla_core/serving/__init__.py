@@ -93,6 +93,7 @@ class Deployment:
     reserve_bytes: int = 0
     mla_path: str = "absorbed"
     state_dtype: str = "auto"  # recurrent state (Mamba, DeltaNet, KDA, lightning); auto = torch_dtype
+    ssm_state_dtype: str = "auto"  # its recurrent (SSM) part alone; auto = the config's, else state_dtype
 
     @property
     def replicas(self) -> int:
@@ -170,6 +171,7 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     from ..units import KV_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
 
     check_choice("state_dtype", dep.state_dtype, STATE_DTYPES)
+    check_choice("ssm_state_dtype", dep.ssm_state_dtype, STATE_DTYPES)
     if not isinstance(dep.gpu, GPU):
         raise MLAError("gpu must be a GPU preset or a typed GPU")
     check_int("num_gpus", dep.num_gpus, maximum=MAX_GPUS)
@@ -253,7 +255,8 @@ def _group_capacity(model: ModelSpec, dep: Deployment, context: int) -> dict:
     return capacity(model, context=context, gpu=dep.gpu, num_gpus=dep.tp, tp=dep.tp,
                     dp_attention=dep.dp_attention and dep.tp > 1, weights_dtype=dep.weights_dtype,
                     kv_dtype=dep.kv_dtype, gpu_memory_utilization=dep.gpu_memory_utilization,
-                    block_size=dep.block_size, reserve_bytes=dep.reserve_bytes, state_dtype=dep.state_dtype)
+                    block_size=dep.block_size, reserve_bytes=dep.reserve_bytes, state_dtype=dep.state_dtype,
+                    ssm_state_dtype=dep.ssm_state_dtype)
 
 
 def _streamed_weight_bytes(model: ModelSpec, wdtype: str, tokens: int, tp: int, dp: bool) -> int:
@@ -273,12 +276,13 @@ def _streamed_weight_bytes(model: ModelSpec, wdtype: str, tokens: int, tp: int, 
 
 
 @functools.lru_cache(maxsize=1 << 10)
-def _state_step(model: ModelSpec, batch_gpu: int, state_dtype: str, tp: int, dp: bool) -> tuple[int, int]:
-    """`roofline.recurrent_step` on one GPU: the recurrent layers' state read and written once a
-    step, and their flops (0, 0 without recurrent layers)."""
+def _state_step(model: ModelSpec, batch_gpu: int, state_dtype: str, tp: int, dp: bool,
+                ssm_state_dtype: str = "auto") -> tuple[int, int]:
+    """`roofline.recurrent_step` on one GPU: the per-sequence state read and written once a
+    step, and the recurrent layers' flops (0, 0 without such state)."""
     from ..roofline import recurrent_step
 
-    return recurrent_step(model, batch_gpu, state_dtype, tp=tp, dp_attention=dp)
+    return recurrent_step(model, batch_gpu, state_dtype, tp=tp, dp_attention=dp, ssm_state_dtype=ssm_state_dtype)
 
 
 def draft_step_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_gpu: int) -> dict:
@@ -362,7 +366,7 @@ def decode_work(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
     else:
         linear = 2.0 * active * tokens / tp
     # Recurrent layers: the state read and written once a step; their flops for every verified token.
-    state_bytes, state_flops = _state_step(model, b_gpu, dep.state_dtype, 1 if dp else tp, dp)
+    state_bytes, state_flops = _state_step(model, b_gpu, dep.state_dtype, 1 if dp else tp, dp, dep.ssm_state_dtype)
     draft = draft_step_work(model, dep, wl, b_gpu)
     return {
         "weights_bytes": weights,
@@ -410,7 +414,7 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     dp = dep.dp_attention and tp > 1
     weights = _streamed_weight_bytes(model, wdtype, p, tp, dp)
     # Recurrent layers run their recurrence over the P new tokens and write the state once.
-    state_bytes, state_flops_one = _state_step(model, 1, dep.state_dtype, 1 if dp else tp, dp)
+    state_bytes, state_flops_one = _state_step(model, 1, dep.state_dtype, 1 if dp else tp, dp, dep.ssm_state_dtype)
     state_flops = state_flops_one * p
     if dp:
         attn = attention_side_params(model)
@@ -830,7 +834,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
            internode_gbps: float = 400.0, link_bandwidth_Bps: float | None = None, block_size: int | None = None,
            reserve_bytes: int = 0, mla_path: str = "absorbed", tp: int | None = None,
            dp_attention: bool | None = None, ep: int | None = None, batch: int | None = None,
-           model_path: str | None = None, state_dtype: str = "auto") -> Plan:
+           model_path: str | None = None, state_dtype: str = "auto", ssm_state_dtype: str = "auto") -> Plan:
     """Search every split of `num_gpus` (or the one given by `tp` / `dp_attention` / `ep`) at
     batches of powers of two per group up to the memory cap (or the one `batch` of the whole
     deployment), and pick the best point meeting `ttft_ms` and `tpot_ms` (see `Plan`).
@@ -849,7 +853,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     base = Deployment(gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpus_per_node, tp=1, weights_dtype=weights_dtype,
                       kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization, internode_gbps=internode_gbps,
                       link_bandwidth_Bps=link_bandwidth_Bps, block_size=block_size, reserve_bytes=reserve_bytes,
-                      mla_path=mla_path, state_dtype=state_dtype)
+                      mla_path=mla_path, state_dtype=state_dtype, ssm_state_dtype=ssm_state_dtype)
     if tp is not None or dp_attention is not None or ep is not None:
         t = tp if tp is not None else num_gpus
         chosen = [(t, bool(dp_attention), ep if ep is not None else 1)]
@@ -878,7 +882,7 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     candidates = [s.best for s in summaries if s.best is not None]
     best = max(candidates, key=_rank, default=None)
     feasible = [p for p in points if p.fits or batch is not None]
-    notes = [draft_note] if draft_note else []
+    notes = list(model.notes) + ([draft_note] if draft_note else [])
     if tp is None and dp_attention is None and ep is None:
         from ..kv import divisors
 

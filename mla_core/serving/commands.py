@@ -89,6 +89,9 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
     # The recurrent state's dtype, when the plan set one and the model has recurrent layers.
     state_flag = (STATE_DTYPE_NAMES[dep.state_dtype]
                   if dep.state_dtype != "auto" and model.recurrent_layers else None)
+    # The recurrent (SSM) part alone: vLLM's --mamba-ssm-cache-dtype, SGLang's --mamba-ssm-dtype.
+    ssm_flag = (STATE_DTYPE_NAMES[dep.ssm_state_dtype]
+                if dep.ssm_state_dtype != "auto" and model.recurrent_layers else None)
 
     # vLLM
     vllm: list[str] | None = ["vllm", "serve", path]
@@ -126,6 +129,8 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
                              "(--speculative-config with its \"model\")")
         if state_flag:
             vllm += ["--mamba-cache-dtype", state_flag]
+        if ssm_flag:
+            vllm += ["--mamba-ssm-cache-dtype", ssm_flag]
         vllm.append("--trust-remote-code")
 
     # SGLang: --tp-size is the whole group; DP-attention sets --dp-size to it.
@@ -148,9 +153,10 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
             else:
                 notes.append("SGLang: speculative decoding without MTP layers needs a draft model "
                              "(--speculative-draft-model-path)")
-        if state_flag:
-            sgl += ["--mamba-ssm-dtype", state_flag]
-            notes.append("SGLang's --mamba-ssm-dtype sets the SSM state only; its conv state keeps the model's dtype")
+        if ssm_flag or state_flag:
+            sgl += ["--mamba-ssm-dtype", ssm_flag or state_flag]
+            if state_flag:
+                notes.append("SGLang's --mamba-ssm-dtype sets the SSM state only; its conv state keeps the model's dtype")
         if nodes > 1:
             sgl += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", f"{HEAD_ADDRESS}:{SGLANG_INIT_PORT}"]
             notes.append(f"SGLang, {others}: the same command with --node-rank NODE_RANK")
