@@ -225,9 +225,10 @@ def accuracy():
     (mla_core.serving.accuracy, mla_core.bench.engines.accuracy)."""
     # --- accuracy of the serving plan against published serving figures -----------------------------------
     st.subheader("Accuracy: published serving figures against the serving plan's bound")
-    st.caption("Each published throughput (data/serving_measurements.json) is set against the bound the Serving plan "
-               "computes for the same model, GPUs, split and workload. A bound is what no engine can beat; a measured "
-               "figure above it would be a modelling error (a test fails). Efficiency = measured / bound.")
+    st.caption("Each published throughput or latency (data/serving_measurements.json) is set against the bound the "
+               "Serving plan computes for the same model, GPUs, split, batch and workload. A bound is what no engine can "
+               "beat; a measured rate above it, or a measured time below it, would be a modelling error (a test "
+               "fails). Efficiency = measured / bound for a rate, bound / measured for a time.")
     try:
         acc = _accuracy()
     except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
@@ -240,10 +241,11 @@ def accuracy():
             a3.metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
         METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
                         "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
+                        "tpot_s": "s (TPOT)", "ttft_s": "s (TTFT)",
                         "kernel_GBps": "GB/s (kernel)", "kernel_TFLOPS": "TFLOP/s (kernel)"}
         st.dataframe(frame([{
             "figure": r["id"], "efficiency": f"{r['efficiency']:.1%}",
-            "measured": round(r["measured_per_gpu"], 1), "bound": round(r["bound_per_gpu"], 1),
+            "measured": float(f"{r['measured_per_gpu']:.4g}"), "bound": float(f"{r['bound_per_gpu']:.4g}"),
             "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
             "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
             "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],

@@ -268,7 +268,7 @@ def test_kv_dtype_in_each_engines_spelling(kv, vllm, sglang):
 
 def test_no_published_measurement_exceeds_its_bound():
     rows = published_checks()
-    assert len(rows) >= 8
+    assert len(rows) >= 20
     for r in rows:
         assert r["source"] and r["gpu"] and r["parallelism"] and r["workload"]
         assert r["within_bound"], (r["id"], r["measured_per_gpu"], r["bound_per_gpu"])
@@ -278,6 +278,59 @@ def test_no_published_measurement_exceeds_its_bound():
     assert by_id["flashmla-memory-bound-h800"]["efficiency"] == pytest.approx(3000 / 3350)
     assert by_id["flashmla-compute-bound-h800"]["efficiency"] == pytest.approx(660 / 989.4)
     assert by_id["deepseek-v3-decode-h800"]["measured_per_gpu"] == 14800 / 8
+    # TensorRT-LLM perf-overview (v1.0 tables): Llama 3.1 405B FP8, 8 H200 TP8, 128/2048: 5,348 tokens/s on 8 GPUs
+    assert by_id["trtllm-1.0-llama-3.1-405b-fp8-h200-tp8-128-2048"]["measured_per_gpu"] == 5348 / 8
+    # a time is a lower bound: dstack's vLLM DeepSeek-R1 run on 8 H200 at 4 concurrent (mean TPOT 25.73 ms,
+    # mean TTFT 975.65 ms, dstackai/benchmarks raw_data/online_results.csv) sits above the plan's times
+    tpot, ttft = by_id["dstack-deepseek-r1-h200-vllm-tp8-c4-tpot"], by_id["dstack-deepseek-r1-h200-vllm-tp8-c4-ttft"]
+    assert tpot["measured_per_gpu"] == 0.02572997376 and tpot["batch"] == 4
+    assert tpot["bound_per_gpu"] < tpot["measured_per_gpu"] and tpot["efficiency"] == pytest.approx(
+        tpot["bound_per_gpu"] / 0.02572997376)
+    assert ttft["measured_per_gpu"] == 0.9756508477 and ttft["bound_per_gpu"] < 0.9756508477
+
+
+def test_published_time_rows_are_checked(monkeypatch):
+    """A TPOT without its batch, or a time spread over GPUs, is refused with one line."""
+    from mla_core import presets
+
+    base = next(m for m in presets._load("serving_measurements.json")["measurements"]
+                if m["id"] == "dstack-deepseek-r1-h200-vllm-tp8-c4-tpot")
+    for change, message in (({"batch": None}, "without the batch"), ({"measured_over_gpus": 8}, "at most 1"),
+                            ({"measured": 0}, "greater than 0")):
+        monkeypatch.setitem(presets._cache, "serving_measurements.json", {"measurements": [{**base, **change}]})
+        with pytest.raises(MLAError, match=message):
+            published_checks()
+
+
+def test_traffic_runs_data():
+    """data/traffic_runs.json (issue 19's published runs): every run names presets that load, a split that
+    tiles its GPUs, and points whose percentiles are ordered; figures pinned to their sources."""
+    from mla_core import presets
+
+    runs = presets._load("traffic_runs.json")["runs"]
+    assert len(runs) >= 6 and len({r["id"] for r in runs}) == len(runs)
+    for r in runs:
+        load_model(r["model"]), load_gpu(r["gpu"])
+        par = r["parallelism"]
+        assert r["source"] and r["engine"] and par["num_gpus"] % par["tp"] == 0, r["id"]
+        assert par["ep"] * par.get("moe_tp", par["tp"] // par["ep"]) == par["tp"], r["id"]
+        assert r["arrival"] in ("max_concurrency", "request_rate", "burst") and r["points"], r["id"]
+        for pt in r["points"]:
+            timed = [pt[k] for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s") if k in pt]
+            assert timed and pt["source"], r["id"]
+            for t in timed:
+                assert all(v > 0 for v in t.values()), (r["id"], t)
+                assert t.get("median", 0) <= t.get("p99", math.inf), (r["id"], t)
+    by_id = {r["id"]: r for r in runs}
+    # dstackai/benchmarks raw_data/online_results.csv, h200 / vllm / max_concurrency 4: mean TPOT 25.72997376 ms,
+    # p99 TTFT 1030.92695 ms; max_concurrency 128: output throughput 744.7829125 tok/s
+    dstack = {p["max_concurrency"]: p for p in by_id["dstack-deepseek-r1-h200-vllm-3200-800-concurrency"]["points"]}
+    assert sorted(dstack) == [4, 8, 16, 32, 64, 128]
+    assert dstack[4]["tpot_s"]["mean"] == 0.02572997376 and dstack[4]["ttft_s"]["p99"] == 1.03092695
+    assert dstack[128]["output_tokens_per_s"] == 744.7829125
+    # TensorRT-LLM perf-overview (0.14 online table), LLaMA 3.1 70B, H100, TP 4, 467/256, QPS 8: mean TTFT 92 ms
+    trt = by_id["trtllm-0.14-llama-3.1-70b-h100-sxm-tp4-467-256-rate"]["points"]
+    assert [p["request_rate"] for p in trt] == [2, 4, 8, 16, 32, None] and trt[2]["ttft_s"] == {"mean": 0.092}
 
 
 # --- the command line and bad input -----------------------------------------------------------------

@@ -930,7 +930,9 @@ def _limit(p: Point, sp: _Split, slo, wl: Workload, batch: int | None) -> str:
 
 # --- published figures ----------------------------------------------------------------------------
 
-MEASUREMENT_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "kernel_GBps", "kernel_TFLOPS")
+MEASUREMENT_METRICS = ("output_tokens_per_s_per_gpu", "input_tokens_per_s_per_gpu", "tpot_s", "ttft_s",
+                       "kernel_GBps", "kernel_TFLOPS")
+LATENCY_METRICS = ("tpot_s", "ttft_s")  # times: a measured time at or above its bound stays within it
 
 
 def published_checks() -> list[dict]:
@@ -938,12 +940,16 @@ def published_checks() -> list[dict]:
 
     Per GPU: `measured` / `measured_over_gpus`. Bounds: output tokens/s per GPU, the most tokens/s
     per GPU over the batches that fit memory at the published split (or at the published batch);
-    input tokens/s per GPU, the split's prefill throughput; a kernel's GB/s or TFLOP/s, the roof
-    it runs under (the preset's bandwidth or dense bf16 peak).
+    input tokens/s per GPU, the split's prefill throughput; `tpot_s` (s), the decode step at the
+    published batch over the tokens a step emits; `ttft_s` (s), one request's prefill; a kernel's
+    GB/s or TFLOP/s, the roof it runs under (the preset's bandwidth or dense bf16 peak).
+    A time is a lower bound: it is within its bound when measured >= bound, and its efficiency
+    is bound / measured (a time is not shared by GPUs: `measured_over_gpus` must be 1); a rate is
+    within when measured <= bound, efficiency measured / bound.
     Each row: `id`, `title`, `source`, `engine`, `model`, `gpu`, `split`, `parallelism`,
-    `workload`, `metric`, `measured_per_gpu`, `bound_per_gpu`, `efficiency` (measured / bound),
-    `within_bound`, `batch` (the batch the bound is taken at, None for kernels), `bound_by`,
-    `assumptions`. Raises MLAError when the file is missing or a row is malformed."""
+    `workload`, `metric`, `measured_per_gpu` (the metric's unit), `bound_per_gpu`, `efficiency`,
+    `within_bound`, `batch` (the batch the bound is taken at, None for kernels and prefill),
+    `bound_by`, `assumptions`. Raises MLAError when the file is missing or a row is malformed."""
     from ..presets import _load, load_gpu, load_model
 
     rows = []
@@ -952,11 +958,14 @@ def published_checks() -> list[dict]:
             metric = check_choice("metric", m["metric"], MEASUREMENT_METRICS)
             model, gpu = load_model(m["model"]), load_gpu(m["gpu"])
             par, w = m["parallelism"], m["workload"]
-            measured = check_real("measured", m["measured"], minimum=0) / check_int("measured_over_gpus",
-                                                                                     m["measured_over_gpus"])
+            latency = metric in LATENCY_METRICS
+            over = check_int("measured_over_gpus", m["measured_over_gpus"], maximum=1 if latency else MAX_GPUS)
+            measured = check_real("measured", m["measured"], minimum=0, exclusive_minimum=latency) / over
             wl = Workload(**w)
         except (KeyError, TypeError) as e:
             raise MLAError(f"data/serving_measurements.json: a malformed row ({e})") from None
+        if metric == "tpot_s" and m.get("batch") is None:
+            raise MLAError(f"data/serving_measurements.json: {m['id']} gives a TPOT without the batch it ran at")
         batch, bound_by = None, ""
         split = split_label(par["tp"], par["dp_attention"], par["ep"], par["num_gpus"] // par["tp"])
         if metric == "kernel_GBps":
@@ -974,6 +983,11 @@ def published_checks() -> list[dict]:
                 raise MLAError(f"data/serving_measurements.json: {m['id']} does not fit ({'; '.join(plan.notes)})")
             if metric == "input_tokens_per_s_per_gpu":
                 bound, bound_by = best.input_tokens_per_s_per_gpu, f"prefill, {best.prefill_bound} bound"
+            elif metric == "ttft_s":
+                bound, bound_by = best.ttft_s, f"one request's prefill, {best.prefill_bound} bound"
+            elif metric == "tpot_s":
+                bound, bound_by = best.tpot_s, f"decode at batch {best.batch:,}, {best.bound} bound"
+                batch = best.batch
             else:
                 bound, bound_by = best.tokens_per_s_per_gpu, f"decode at batch {best.batch:,}, {best.bound} bound"
                 batch = best.batch
@@ -981,7 +995,8 @@ def published_checks() -> list[dict]:
             "id": m["id"], "title": m.get("title", m["id"]), "source": m.get("source", ""),
             "engine": m.get("engine", ""), "model": model.name, "gpu": gpu.id, "split": split,
             "parallelism": par, "workload": w, "metric": metric, "measured_per_gpu": measured,
-            "bound_per_gpu": bound, "efficiency": measured / bound, "within_bound": measured <= bound,
+            "bound_per_gpu": bound, "efficiency": bound / measured if latency else measured / bound,
+            "within_bound": measured >= bound if latency else measured <= bound,
             "batch": batch, "bound_by": bound_by, "assumptions": m.get("assumptions", ""),
         })
     return rows
