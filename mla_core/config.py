@@ -85,7 +85,8 @@ FIELDS_READ = (
     "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "num_global_key_value_heads", "global_head_dim",
     "full_attn_idxs", "conv_L_cache", "conv_dim", "block_configs", "indexer_types", "sparse_attention_config",
     "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "o_lora_rank", "o_groups", "mlp_layer_types", "top_k_experts",
-    "attn_output_gate",
+    "attn_output_gate", "dense_intermediate_size", "block_ff_dim", "block_auto_adjust_ff_dim",
+    "block_ffn_dim_multiplier", "block_multiple_of", "enable_moe_block",
 )
 
 # Keys known not to shape the cache (or the parameter count this tool makes): every other key of a
@@ -120,8 +121,7 @@ KNOWN_NOT_CACHE = (
     "num_experts_per_tok_unused", "use_sliding_window_unused", "attention_k_eq_v", "attention_value_scale",
     "add_full_attention_sink_bias", "add_swa_attention_sink_bias", "attention_projection_layout",
     "attention_sink_bias", "sliding_window_size", "prefill_chunk_size", "tensor_parallel_shards",
-    "conv_bias", "block_dim", "block_ff_dim", "block_multiple_of", "block_ffn_dim_multiplier",
-    "block_auto_adjust_ff_dim", "num_heads_unused", "mamba_conv_bias", "mamba_proj_bias", "mamba_chunk_size",
+    "conv_bias", "block_dim", "num_heads_unused", "mamba_conv_bias", "mamba_proj_bias", "mamba_chunk_size",
     "mamba_hidden_act", "mamba_dt_min", "mamba_dt_max", "mamba_dt_limit", "mamba_dt_init_floor", "mamba_inner_layernorms",
     "use_mamba_kernels", "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "time_step_rank",
     "chunk_size", "use_conv_bias", "residual_in_fp32", "rescale_prenorm_residual", "use_bias", "mlp_hidden_act",
@@ -132,24 +132,25 @@ KNOWN_NOT_CACHE = (
     "conv_dim_out", "conv_use_xavier_init", "layernorm_epsilon", "indexer_rope_interleave", "qk_head_dim",
     "moe_shared_expert_overlap", "chunk_size_feed_forward", "pruned_heads", "index_share_for_mtp_iteration",
     "index_skip_topk_offset", "index_topk_freq", "index_topk_pattern", "activation_situ_linear_beta",
-    "attn_res_block_size", "enable_moe_block",
+    "attn_res_block_size",
 )
 LAYOUT_WORDS = ("layer", "pattern", "window", "attn", "kv", "head", "state", "conv", "ssm", "mamba", "index",
                 "compress", "sparse", "block", "hybrid", "linear", "chunk", "share")
 
 # HF config classes whose `tie_word_embeddings` defaults to True when the field is absent.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "gpt2", "gpt3", "minicpm3"}
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "gpt2", "gpt3", "minicpm3", "lfm2"}
 _UNGATED_MLP = {"falcon", "gpt2", "gpt3", "gpt_neox", "opt", "nemotron_h"}  # Nemotron-H: squared-ReLU up/down
 _LAYERNORM = {"falcon", "gpt2", "gpt3", "gpt_neox", "opt"}
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
 _QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}  # Qwen2 always has q/k/v biases, no o bias
 # Parts of an architecture the parameter count does not model (the cache answer is exact).
 _PARAMS_NOT_MODELLED = {
     "gemma3n": "Gemma-3n's per-layer embeddings, AltUp and LAuReL blocks",
     "gemma3n_text": "Gemma-3n's per-layer embeddings, AltUp and LAuReL blocks",
 }
-# Dense MLPs a layer has beside its MoE block (LongCat-Flash's shortcut-connected MoE: two).
+# Dense MLPs a layer has beside its MoE block (LongCat-Flash's shortcut-connected MoE: two; Gemma-4
+# with `enable_moe_block`: its MLP and the MoE block side by side, one).
 _EXTRA_DENSE_MLPS = {"longcat_flash": 2}
 _MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}  # Falcon's legacy custom code
 # Config-class defaults that real config.json files leave out (transformers configuration_*.py):
@@ -456,6 +457,8 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
     params_complete = True
     try:
         moe = _moe(r, model_type, layers)
+        if moe is not None and plan.moe_layers is not None:
+            moe = replace(moe, moe_layers=plan.moe_layers)  # the layout says which blocks are MoE
     except ConfigError as e:
         # Only the parameter count needs the MoE fields: the cache answer goes on without them.
         moe, params_complete = None, False
@@ -465,6 +468,10 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         intermediate = r.int_("intermediate_size")
         if model_type in ("llama4", "llama4_text") and cfg.get("intermediate_size_mlp") is not None:
             intermediate = r.int_("intermediate_size_mlp")  # Llama 4's dense layers; experts use intermediate_size
+        if cfg.get("dense_intermediate_size") is not None:
+            intermediate = r.int_("dense_intermediate_size")  # MiniMax-M3's dense layers; experts use intermediate_size
+        if intermediate is None and cfg.get("block_ff_dim") is not None:
+            intermediate = _lfm2_ffn_width(r)
     except ConfigError as e:  # e.g. Gemma-3n's per-layer list: only the parameter count needs it
         intermediate, params_complete = None, False
         notes.append(f"parameters: the dense MLP is not counted ({e})")
@@ -517,6 +524,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
     if model_type == "falcon" and r.bool_("parallel_attn", True) and not r.bool_("new_decoder_architecture", False):
         norms_per_layer = 1
     qk_norm = model_type in _QK_NORM or bool(r.bool_("use_qk_norm", False))
+    output_gate = bool(r.bool_("attn_output_gate", False))
 
     return ModelSpec(
         name=name,
@@ -539,12 +547,13 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         norm_with_bias=model_type in _LAYERNORM,
         norms_per_layer=norms_per_layer,
         qk_norm=qk_norm,
+        attn_output_gate=output_gate,
         attn_sinks=model_type == "gpt_oss",
         learned_pos_embeddings=(r.int_("max_position_embeddings", maximum=MAX_WINDOW) or 0) if model_type == "gpt3" else 0,
         num_nextn_predict_layers=_mtp_layers(r),
         max_position_embeddings=mpe if type(mpe := cfg.get("max_position_embeddings")) is int and mpe > 0 else None,
         quant_modules_not_converted=modules_not_converted,
-        extra_dense_mlps=_EXTRA_DENSE_MLPS.get(model_type, 0),
+        extra_dense_mlps=_EXTRA_DENSE_MLPS.get(model_type, 0) or (1 if r.bool_("enable_moe_block", False) else 0),
         mlp_layers=plan.mlp_layers,
         mlp_widths=plan.mlp_widths,
         ssm_state_dtype=_ssm_state_dtype(r, notes),
@@ -571,6 +580,7 @@ class _Plan:
     attention: AttentionSpec | None = None  # the model-wide shape, when the rule sets it
     mlp_widths: tuple | None = None  # per-layer dense MLP widths (DeciLM ffn_mult)
     mlp_layers: tuple | None = None  # per-layer: has an MLP / MoE block
+    moe_layers: tuple | None = None  # per-layer: the block is MoE (Nemotron-H `E`, layers_block_type `moe`)
     rule: str = ""
 
 
@@ -669,7 +679,7 @@ def _rule_hybrid_override_pattern(r: _Reader, ctx: dict) -> _Plan | None:
     slots = [_HYBRID_PATTERN[ch] if ch in _HYBRID_PATTERN else _unknown(ctx["notes"], "hybrid_override_pattern "
                                                                           "character", ch) for ch in pattern]
     return _Plan(slots, "mamba2" if "M" in pattern else None, rule="hybrid_override_pattern",
-                 mlp_layers=tuple(ch in "-E" for ch in pattern))
+                 mlp_layers=tuple(ch in "-E" for ch in pattern), moe_layers=tuple(ch == "E" for ch in pattern))
 
 
 def _rule_layers_block_type(r: _Reader, ctx: dict) -> _Plan | None:
@@ -682,7 +692,7 @@ def _rule_layers_block_type(r: _Reader, ctx: dict) -> _Plan | None:
     slots = [_BLOCK_TYPES[t] if t in _BLOCK_TYPES else _unknown(ctx["notes"], "layers_block_type value", t)
              for t in types]
     return _Plan(slots, "mamba2" if "mamba" in types else None, rule="layers_block_type",
-                 mlp_layers=tuple(t in ("moe", "mlp") for t in types))
+                 mlp_layers=tuple(t in ("moe", "mlp") for t in types), moe_layers=tuple(t == "moe" for t in types))
 
 
 def _rule_hybrid_layer_pattern(r: _Reader, ctx: dict) -> _Plan | None:
@@ -952,7 +962,9 @@ def _v4_cache(r: _Reader, att: AttentionSpec, window: int, ratio: int) -> Compre
         if dim is None:
             raise ConfigError("DeepSeek-V4's ratio-4 layers need index_head_dim (their indexer key)")
         ix = Indexer(dim, r.int_("index_n_heads") or 0, r.int_("index_topk", maximum=MAX_WINDOW), "kv")
-    return CompressedMLA(att.num_attention_heads, d, att.qk_rope_head_dim, window, ratio, ix)
+    return CompressedMLA(att.num_attention_heads, d, att.qk_rope_head_dim, window, ratio, ix,
+                         q_lora_rank=att.q_lora_rank or 0, o_lora_rank=r.int_("o_lora_rank") or 0,
+                         o_groups=r.int_("o_groups") or 1)
 
 
 def _indexed_layers(r: _Reader, n: int, model_type: str, indexer: Indexer | None, notes: list[str]):
@@ -1091,6 +1103,21 @@ def _first_present(r: _Reader, names: tuple[str, ...], minimum: int = 1, require
     return None
 
 
+def _lfm2_ffn_width(r: _Reader) -> int:
+    """LFM2's feed-forward width (transformers Lfm2MLP): `block_ff_dim`, with
+    `block_auto_adjust_ff_dim` int(2 d / 3), times `block_ffn_dim_multiplier`, rounded up to
+    `block_multiple_of`."""
+    width = r.int_("block_ff_dim")
+    if r.bool_("block_auto_adjust_ff_dim", False):
+        width = int(2 * width / 3)
+        mult = r.cfg.get("block_ffn_dim_multiplier")
+        if isinstance(mult, (int, float)) and not isinstance(mult, bool) and mult > 0:
+            width = int(mult * width)
+        multiple = r.int_("block_multiple_of") or 256
+        width = -(-width // multiple) * multiple
+    return width
+
+
 def _moe_layer_flags(r: _Reader, layers: int, first_dense: int) -> tuple[bool, ...]:
     """MoE layers of a DeepSeek-style config: `moe_layer_freq` an int f (layer i >= first_k_dense_replace
     with i % f == 0), or a list of one 0/1 flag a layer (MiMo-V2, MiniMax-M3)."""
@@ -1142,6 +1169,8 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
         e = r.int_("num_local_experts")
         step = r.int_("interleave_moe_layer_step", maximum=MAX_LAYERS) or 1
         moe_layers = tuple((i + 1) % step == 0 for i in range(layers))
+        if isinstance(cfg.get("moe_layer_freq"), list):  # MiniMax-M3: one 0/1 flag a layer
+            moe_layers = _moe_layer_flags(r, layers, 0)
         inter = r.int_("intermediate_size", required=True)
         bias = model_type == "gpt_oss"
         kwargs = dict(router_bias=bias, expert_bias=bias)

@@ -219,6 +219,10 @@ class CacheSpec:
         for `model`'s hidden size and flags (`spec.ModelSpec`); 0 without attention."""
         return 0
 
+    def mixer_params(self, model) -> int:
+        """Parameters of a recurrent mixer (Mamba, DeltaNet, KDA, lightning, short conv); 0 otherwise."""
+        return 0
+
     def indexer_params(self, model) -> int:
         """The sparse-attention indexer's part of `projection_params` (0 without one)."""
         ix = getattr(self, "indexer", None)
@@ -326,6 +330,8 @@ class FullAttention(CacheSpec):
         gpt-oss sinks) + the indexer's (docs/model.md "Parameter count")."""
         h, n_h, n_kv, d_k, d_v = model.hidden_size, self.num_heads, self.num_kv_heads, self.k_dim, self.v_dim
         total = h * n_h * d_k + h * n_kv * (d_k + d_v) + n_h * d_v * h
+        if getattr(model, "attn_output_gate", False):
+            total += h * n_h * d_v
         if model.attention_bias:
             total += n_h * d_k + n_kv * (d_k + d_v)
         if model.qk_norm:
@@ -804,6 +810,38 @@ class RecurrentState(CacheSpec):
         """4 x recurrent elements + 2 x conv elements per sequence a step (docs/model.md)."""
         conv, ssm = self.state_elements(tp, dp_attention)
         return 0 * context + 4 * ssm + 2 * conv
+
+    def mixer_params(self, model) -> int:
+        """Parameters of one recurrent mixer (0 without one), by kind, from the reference
+        implementations' module shapes (transformers modeling_{mamba,mamba2,qwen3_next,kimi_linear,
+        minimax}); d_in = H * P, h = hidden size:
+          Mamba-1   in_proj h x 2 d_in, conv d_in x K (+ bias), x_proj d_in x (dt_rank + 2N),
+                    dt_proj dt_rank x d_in (+ bias), A_log d_in x N, D d_in, out_proj d_in x h
+          Mamba-2   in_proj h x (2 d_in + 2 G N + H), conv (d_in + 2 G N) x K (+ bias),
+                    dt_bias, A_log, D (H each), gated norm d_in, out_proj d_in x h
+          GDN       in_proj_qkvz h x (2 G N + 2 d_in), in_proj_ba h x 2H, conv (2 G N + d_in) x K,
+                    dt_bias, A_log (H each), norm P, out_proj d_in x h
+          KDA       q, k, v h x d_in each, conv 3 d_in x K, forget and output gates low-rank
+                    (h x P + P x d_in each), beta h x H, A_log H, dt_bias d_in, norm P, o_proj d_in x h
+          lightning qkv h x 3 d_in, output gate h x d_in, norm d_in, out_proj d_in x h
+        """
+        h, k = model.hidden_size, self.conv_kernel
+        d_in = self.num_heads * self.head_dim
+        gn = self.num_groups * self.state_size
+        kind, n_state, heads = self.recurrent_kind, self.state_size, self.num_heads
+        if kind == "mamba1":
+            return (h * 2 * d_in + d_in * k + d_in + d_in * (self.dt_rank + 2 * n_state)
+                    + self.dt_rank * d_in + d_in + d_in * n_state + d_in + d_in * h)
+        if kind == "mamba2":
+            return h * (2 * d_in + 2 * gn + heads) + (d_in + 2 * gn) * (k + 1) + 3 * heads + d_in + d_in * h
+        if kind == "gdn":
+            return h * (2 * gn + 2 * d_in) + h * 2 * heads + (2 * gn + d_in) * k + 2 * heads + self.head_dim + d_in * h
+        if kind == "kda":
+            gates = 2 * (h * self.head_dim + self.head_dim * d_in)
+            return 3 * h * d_in + 3 * d_in * k + gates + h * heads + heads + d_in + self.head_dim + d_in * h
+        if kind == "lightning":
+            return 3 * h * d_in + h * d_in + d_in + d_in * h
+        return h * 3 * d_in + d_in * k + d_in * h  # shortconv: LFM2 in_proj h x 3 d, depthwise conv d x K, out_proj
 
     def tp_error(self, tp):
         if tp > 1 and self.num_heads % tp:

@@ -46,7 +46,7 @@ def routed_expert_params(model: ModelSpec) -> int:
     if moe is None:
         return 0
     h = model.hidden_size
-    n = 3 * h * moe.moe_intermediate_size
+    n = (3 if model.mlp_gated else 2) * h * moe.moe_intermediate_size  # Nemotron-H: squared-ReLU up / down
     if moe.expert_bias:  # gpt-oss: gate_up bias [2 * inter] and down bias [h]
         n += 2 * moe.moe_intermediate_size + h
     return n
@@ -70,14 +70,14 @@ def _param_breakdown(model: ModelSpec) -> dict[str, int]:
     attention = sum(n * sum(c.projection_params(model) - c.indexer_params(model) for c in layer.caches)
                     for layer, n in decoder)
     indexer = sum(n * sum(c.indexer_params(model) for c in layer.caches) for layer, n in decoder)
-    rec_layers = sum(n for layer, n in decoder if layer.recurrent)
+    recurrent = sum(n * sum(c.mixer_params(model) for c in layer.caches) for layer, n in decoder)
     out = {
         "embed_tokens": embed,
         "lm_head": 0 if model.tie_word_embeddings else embed,
         "position_embeddings": model.learned_pos_embeddings * h,
         "attention": attention,
         "indexer": indexer,
-        "recurrent": rec_layers * recurrent_params_per_layer(model),
+        "recurrent": recurrent,
         "norms": layers * model.norms_per_layer * norm + norm,
         "mlp_dense": 0,
         "moe_router": 0,
@@ -104,43 +104,9 @@ def _param_breakdown(model: ModelSpec) -> dict[str, int]:
 
 
 def recurrent_params_per_layer(model: ModelSpec) -> int:
-    """Parameters of one recurrent mixer (0 without one), by kind, from the reference
-    implementations' module shapes (transformers modeling_{mamba,mamba2,qwen3_next,kimi_linear,
-    minimax}); d_in = H * P, h = hidden size:
-      Mamba-1   in_proj h x 2 d_in, conv d_in x K (+ bias), x_proj d_in x (dt_rank + 2N),
-                dt_proj dt_rank x d_in (+ bias), A_log d_in x N, D d_in, out_proj d_in x h
-      Mamba-2   in_proj h x (2 d_in + 2 G N + H), conv (d_in + 2 G N) x K (+ bias),
-                dt_bias, A_log, D (H each), gated norm d_in, out_proj d_in x h
-      GDN       in_proj_qkvz h x (2 G N + 2 d_in), in_proj_ba h x 2H, conv (2 G N + d_in) x K,
-                dt_bias, A_log (H each), norm P, out_proj d_in x h
-      KDA       q, k, v h x d_in each, conv 3 d_in x K, forget and output gates low-rank
-                (h x P + P x d_in each), beta h x H, A_log H, dt_bias d_in, norm P, o_proj d_in x h
-      lightning qkv h x 3 d_in, output gate h x d_in, norm d_in, out_proj d_in x h
-    """
+    """Parameters of one recurrent mixer of the model (0 without one): `layers.RecurrentState.mixer_params`."""
     rec = model.recurrent
-    if rec is None:
-        return 0
-    h = model.hidden_size
-    d_in = rec.num_heads * rec.head_dim
-    gn = rec.num_groups * rec.state_size
-    k = rec.conv_kernel
-    if rec.kind == "mamba1":
-        return (h * 2 * d_in + d_in * k + d_in + d_in * (rec.dt_rank + 2 * rec.state_size)
-                + rec.dt_rank * d_in + d_in + d_in * rec.state_size + d_in + d_in * h)
-    if rec.kind == "mamba2":
-        conv_dim = d_in + 2 * gn
-        return h * (2 * d_in + 2 * gn + rec.num_heads) + conv_dim * (k + 1) + 3 * rec.num_heads + d_in + d_in * h
-    if rec.kind == "gdn":
-        conv_dim = 2 * gn + d_in
-        return h * (2 * gn + 2 * d_in) + h * 2 * rec.num_heads + conv_dim * k + 2 * rec.num_heads + rec.head_dim + d_in * h
-    if rec.kind == "kda":
-        gates = 2 * (h * rec.head_dim + rec.head_dim * d_in)
-        return 3 * h * d_in + 3 * d_in * k + gates + h * rec.num_heads + rec.num_heads + d_in + rec.head_dim + d_in * h
-    if rec.kind == "lightning":
-        return 3 * h * d_in + h * d_in + d_in + d_in * h
-    if rec.kind == "shortconv":  # LFM2 ShortConv: in_proj h x 3 d, depthwise conv d x K, out_proj d x h
-        return h * 3 * d_in + d_in * k + d_in * h
-    return 0
+    return rec.mixer_params(model) if rec is not None else 0
 
 
 def _router_params(model: ModelSpec) -> int:
@@ -151,9 +117,10 @@ def _router_params(model: ModelSpec) -> int:
 
 def _shared_expert_params(model: ModelSpec) -> int:
     moe, h = model.moe, model.hidden_size
-    shared = moe.n_shared_experts * 3 * h * moe.moe_intermediate_size
+    mats = 3 if model.mlp_gated else 2
+    shared = moe.n_shared_experts * mats * h * moe.moe_intermediate_size
     if moe.shared_expert_intermediate_size:
-        shared += 3 * h * moe.shared_expert_intermediate_size + (h if moe.shared_expert_gate else 0)
+        shared += mats * h * moe.shared_expert_intermediate_size + (h if moe.shared_expert_gate else 0)
     return shared
 
 

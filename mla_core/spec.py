@@ -153,6 +153,7 @@ class ModelSpec:
     norm_with_bias: bool = False  # LayerNorm (weight + bias) instead of RMSNorm (weight)
     norms_per_layer: int = 2  # Gemma-2/3: 4 (pre/post attention, pre/post MLP)
     qk_norm: bool = False  # Qwen3, Gemma-3: RMSNorm over q and k heads (head_dim each)
+    attn_output_gate: bool = False  # Qwen3.5: q_proj also yields a sigmoid gate on the output (n_h x d_h more)
     attn_sinks: bool = False  # gpt-oss: one learned sink logit per head
     learned_pos_embeddings: int = 0  # rows of a learned absolute position table (GPT-3)
     num_nextn_predict_layers: int = 0  # DeepSeek / GLM MTP draft layers the checkpoint ships
