@@ -253,6 +253,7 @@ class LayerCell(Result):
     kv_bytes: int
     state_bytes: int
     bytes: int  # kv + state
+    index_bytes: int = 0  # the sparse-attention index keys among kv_bytes
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,7 @@ def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layo
     groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size,
                           ssm_state_dtype=ssm_state_dtype)
     cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
-                              g.state_bytes_per_layer, g.bytes_per_layer)
+                              g.state_bytes_per_layer, g.bytes_per_layer, g.index_bytes_per_layer)
                     for g in groups for i in g.layer_indices), key=lambda c: c.index)
     kinds: dict[str, str] = {}
     for g in groups:

@@ -38,7 +38,7 @@ def test_layer_map_matches_the_cores_groups(preset):
     for t in spec["data"]:
         for x, cd in zip(t["x"], t["customdata"]):
             assert cd[2] == f"{lm.cells[x].bytes:,}"
-    assert metric(at, "Recurrent state, one sequence") == format_bytes(lm.state_bytes_per_sequence)
+    assert metric(at, "State, one sequence") == format_bytes(lm.state_bytes_per_sequence)
     assert metric(at, "If every layer were full attention") == format_bytes(lm.all_full_attention_bytes_per_sequence)
 
 

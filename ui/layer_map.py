@@ -12,6 +12,7 @@ from ui import charts
 KIND_COLORS = {
     "full": "#D55E00", "sliding": "#56B4E9", "chunked": "#0072B2", "shared": "#CC79A7", "none": "#BBBBBB",
     "mamba1": "#009E73", "mamba2": "#009E73", "gdn": "#E69F00", "kda": "#F0E442", "lightning": "#999933",
+    "compressed": "#882255", "shortconv": "#44AA99",
 }
 
 
@@ -28,9 +29,10 @@ def figure(lm: LayerMap, present: bool = False) -> go.Figure:
             x=[c.index for c in cells], y=[1] * len(cells), name=label, width=0.92,
             marker={"color": kind_color(kind), "line": {"width": 0.5, "color": "#333"}},
             customdata=[[c.label, format_bytes(c.bytes), f"{c.bytes:,}", format_tokens(c.tokens_held),
-                         format_bytes(c.state_bytes)] for c in cells],
+                         format_bytes(c.state_bytes), format_bytes(c.index_bytes)] for c in cells],
             hovertemplate="layer %{x}: %{customdata[0]}<br>%{customdata[1]} (%{customdata[2]} B) for one sequence"
-                          "<br>tokens held %{customdata[3]}, state %{customdata[4]}<extra></extra>",
+                          "<br>entries held %{customdata[3]} (index keys %{customdata[5]}), "
+                          "state %{customdata[4]}<extra></extra>",
         ))
     charts.style(fig, title=f"What each layer holds for one sequence at {format_tokens(lm.context)}",
                  x_title="layer (0-based)", y_title="", present=present)
@@ -46,8 +48,9 @@ def section(lm: LayerMap, present: bool = False) -> None:
     c1, c2, c3 = st.columns(3)
     c1.metric("Per-token cache, one sequence", format_bytes(lm.kv_bytes_per_sequence),
               help=f"{lm.kv_bytes_per_sequence:,} B at {lm.context:,} tokens (windows and chunks applied)")
-    c2.metric("Recurrent state, one sequence", format_bytes(lm.state_bytes_per_sequence),
-              help=f"{lm.state_bytes_per_sequence:,} B, the same at every context")
+    c2.metric("State, one sequence", format_bytes(lm.state_bytes_per_sequence),
+              help=f"{lm.state_bytes_per_sequence:,} B (recurrent layers' state, DeepSeek-V4's compressor state), "
+                   "the same at every context")
     c3.metric("If every layer were full attention", format_bytes(lm.all_full_attention_bytes_per_sequence),
               help=f"{lm.all_full_attention_bytes_per_sequence:,} B: the same attention shape in all "
                    f"{len(lm.cells)} layers, no state")
