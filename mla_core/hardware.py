@@ -3,6 +3,8 @@
 Memory of a preset is its vendor figure times 2**30 (docs/model.md: vendor "GB" on these parts is
 close to the GiB a driver reports; the user can type the exact figure). Bandwidth and flops
 are decimal (TB/s = 1e12 B/s, TFLOP/s = 1e12 flop/s), dense (no 2:4 sparsity).
+`link_domain_gpus` is how many GPUs the preset's link joins in the system its datasheet describes
+(8 on an HGX board, 72 in a GB200/GB300 NVL72 rack; None where the server decides, e.g. PCIe cards).
 Sources per row: data/gpus.json (vendor datasheets, a source and a confidence per row).
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import MLAError
-from .units import gib_to_bytes
+from .units import FP4_WEIGHT_DTYPES, gib_to_bytes
 from .validate import check_real
 
 
@@ -24,12 +26,14 @@ class GPU:
     bandwidth_TBps: float | None  # HBM (or GDDR / unified) bandwidth, 1e12 B/s
     bf16_TFLOPS: float | None  # dense bf16 tensor peak, 1e12 flop/s
     fp8_TFLOPS: float | None = None  # dense fp8 tensor peak (None: no fp8 units)
+    fp4_TFLOPS: float | None = None  # dense fp4 tensor peak, NVFP4 / MXFP4 (None: no fp4 units)
     vendor: str = ""
     source: str = ""
     confidence: str = ""
     notes: str = ""
     link_GBps: float | None = None  # GPU-to-GPU link, vendor aggregate of both directions, 1e9 B/s
     link_kind: str = ""  # "NVLink 4", "Infinity Fabric", "PCIe 4.0 x16"
+    link_domain_gpus: int | None = None  # GPUs one link domain joins (8 HGX, 72 NVL72; None: server-defined)
     link_source: str = ""
 
     @property
@@ -52,11 +56,15 @@ class GPU:
         return self.bandwidth_TBps * 1e12
 
     def peak_flops(self, weights_dtype: str) -> float:
-        """Dense peak in flop/s at the weights' dtype (docs/model.md): fp8 and fp4 weights use the
-        fp8 peak, or bf16 where the part has none; bf16, fp16 and fp32 weights use the bf16 peak.
-        Raises MLAError when the vendor publishes no tensor peak (Apple parts)."""
-        if weights_dtype in ("fp8", "fp4") and self.fp8_TFLOPS:
-            tflops = self.fp8_TFLOPS
+        """Dense peak in flop/s at the weights' dtype (docs/model.md, "Peak flops"): the 4-bit
+        formats (`units.FP4_WEIGHT_DTYPES`: fp4, nvfp4, mxfp4) use the fp4 peak, else the fp8 peak,
+        else the bf16 peak, whichever the part has first; fp8 weights the fp8 peak, else bf16;
+        bf16, fp16 and fp32 weights the bf16 peak. Raises MLAError when the vendor publishes no
+        tensor peak (Apple parts)."""
+        if weights_dtype in FP4_WEIGHT_DTYPES:
+            tflops = self.fp4_TFLOPS or self.fp8_TFLOPS or self.bf16_TFLOPS
+        elif weights_dtype == "fp8":
+            tflops = self.fp8_TFLOPS or self.bf16_TFLOPS
         else:
             tflops = self.bf16_TFLOPS
         if not tflops:
@@ -86,9 +94,11 @@ def custom_gpu(memory_gib: float, bandwidth_TBps: float | None = None, bf16_TFLO
         bandwidth_TBps=bandwidth_TBps if bandwidth_TBps is not None else (base.bandwidth_TBps if base else None),
         bf16_TFLOPS=bf16_TFLOPS if bf16_TFLOPS is not None else (base.bf16_TFLOPS if base else None),
         fp8_TFLOPS=fp8_TFLOPS if fp8_TFLOPS is not None else (base.fp8_TFLOPS if base else None),
+        fp4_TFLOPS=base.fp4_TFLOPS if base else None,
         vendor=base.vendor if base else "",
         source="typed by the user",
         link_GBps=base.link_GBps if base else None,
         link_kind=base.link_kind if base else "",
+        link_domain_gpus=base.link_domain_gpus if base else None,
         link_source=base.link_source if base else "",
     )

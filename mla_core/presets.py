@@ -85,9 +85,11 @@ def load_gpu(gpu_id: str):
     g = entries[key]
     return GPU(
         id=g["id"], name=g["name"], memory_GB=g["memory_GB"], bandwidth_TBps=g["bandwidth_TBps"],
-        bf16_TFLOPS=g["bf16_TFLOPS"], fp8_TFLOPS=g["fp8_TFLOPS"], vendor=g.get("vendor", ""),
+        bf16_TFLOPS=g["bf16_TFLOPS"], fp8_TFLOPS=g["fp8_TFLOPS"], fp4_TFLOPS=g.get("fp4_TFLOPS"),
+        vendor=g.get("vendor", ""),
         source=g.get("source", ""), confidence=g.get("confidence", ""), notes=g.get("notes", ""),
-        link_GBps=g.get("link_GBps"), link_kind=g.get("link_kind", ""), link_source=g.get("link_source", ""),
+        link_GBps=g.get("link_GBps"), link_kind=g.get("link_kind", ""), link_domain_gpus=g.get("link_domain_gpus"),
+        link_source=g.get("link_source", ""),
     )
 
 

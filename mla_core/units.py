@@ -52,10 +52,15 @@ WEIGHT_DTYPES: dict[str, tuple[int, int]] = {
     "fp16": (2, 1),
     "fp8": (1, 1),
     "fp4": (9, 16),
+    # NVFP4 by its ModelOpt name (`quant_algo` NVFP4): the same 9/16 B as `fp4`.
+    "nvfp4": (9, 16),
     # MXFP4 (OCP microscaling): 4-bit values + one 8-bit scale per 32 = 4.25 bits. Applies to
     # MoE expert matrices only; the rest of the model stays at torch_dtype (params.weights_bytes).
     "mxfp4": (17, 32),
 }
+# The 4-bit weight formats: their matmuls are costed at a GPU's dense FP4 peak
+# (hardware.GPU.peak_flops, docs/model.md "Peak flops").
+FP4_WEIGHT_DTYPES: tuple[str, ...] = ("fp4", "nvfp4", "mxfp4")
 
 # HF `torch_dtype` / `dtype` spellings -> our names.
 TORCH_DTYPE_NAMES: dict[str, str] = {
