@@ -86,7 +86,7 @@ FIELDS_READ = (
     "full_attn_idxs", "conv_L_cache", "conv_dim", "block_configs", "indexer_types", "sparse_attention_config",
     "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "o_lora_rank", "o_groups", "mlp_layer_types", "top_k_experts",
     "attn_output_gate", "dense_intermediate_size", "block_ff_dim", "block_auto_adjust_ff_dim",
-    "block_ffn_dim_multiplier", "block_multiple_of", "enable_moe_block",
+    "block_ffn_dim_multiplier", "block_multiple_of", "enable_moe_block", "expert_dtype",
 )
 
 # Keys known not to shape the cache (or the parameter count this tool makes): every other key of a
@@ -109,7 +109,7 @@ KNOWN_NOT_CACHE = (
     "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
     "ep_size", "aux_loss_alpha", "seq_aux", "moe_router_enable_expert_bias", "use_routing_bias", "router_bias",
     "e_score_correction_bias", "num_hash_layers", "hc_mult", "hc_eps", "hc_sinkhorn_iters", "swiglu_limit",
-    "swiglu_alpha", "expert_dtype", "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar",
+    "swiglu_alpha", "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar",
     "logits_scaling", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_soft_cap",
     "tie_encoder_decoder", "torchscript", "return_dict", "output_hidden_states", "output_attentions", "pretraining_tp",
     "qk_norm_type", "use_gemma_norm", "postnorm", "shared_moe_mode", "layernorm_full_attention_alpha",
@@ -505,9 +505,18 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         mods = qc.get("modules_to_not_convert")
         if isinstance(mods, list):
             modules_not_converted = tuple(str(m)[:200] for m in mods[:10_000] if isinstance(m, str))
-        if quant_method is not None and quant_method not in KNOWN_QUANT_METHODS:
+        expert_dtype = _compressed_tensors_experts(qc, notes) if quant_method == "compressed-tensors" else None
+        if quant_method is not None and quant_method not in KNOWN_QUANT_METHODS and expert_dtype is None:
             notes.append(f"quantization_config.quant_method {_short(quant_method)} is not modelled: weights "
                          f"counted at {torch_dtype} (set the weights dtype to change it)")
+    else:
+        expert_dtype = None
+    if cfg.get("expert_dtype") is not None:  # DeepSeek-V4: "fp4" routed experts (MXFP4: E2M1 + a ue8m0 scale per 32)
+        raw = r.str_("expert_dtype")
+        if raw.lower() in ("fp4", "mxfp4"):
+            expert_dtype = "mxfp4"
+        else:
+            notes.append(f"expert_dtype {_short(raw)} is not modelled: the experts are counted with the other weights")
 
 
     attention_bias = r.bool_("attention_bias", None)
@@ -538,6 +547,7 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
         tie_word_embeddings=tie,
         torch_dtype=torch_dtype,
         quant_method=quant_method,
+        expert_weights_dtype=expert_dtype,
         moe=moe,
         indexer=indexer,
         attention_bias=attention_bias,
@@ -971,7 +981,8 @@ def _indexed_layers(r: _Reader, n: int, model_type: str, indexer: Indexer | None
     """Which layers hold a sparse-attention index key: every attention layer with `index_head_dim`
     (DeepSeek-V3.2); only those `indexer_types` marks `full` (GLM-5.2); MiniMax-M3's sparse layers
     (`sparse_attention_config.sparse_attention_freq`), one index key head of `sparse_index_dim` at
-    the model dtype, K only where `sparse_disable_index_value`. Returns layer -> Indexer or None."""
+    the KV dtype (SGLang's index_dtype default), K only where `sparse_disable_index_value`.
+    Returns layer -> Indexer or None."""
     types = r.cfg.get("indexer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != n or not all(isinstance(t, str) for t in types):
@@ -996,8 +1007,8 @@ def _indexed_layers(r: _Reader, n: int, model_type: str, indexer: Indexer | None
         no_value = sac.get("sparse_disable_index_value") or [0] * n
         if not isinstance(no_value, list) or len(no_value) != n:
             raise ConfigError(f"sparse_attention_config.sparse_disable_index_value must list one flag per layer ({n})")
-        k_only = Indexer(dim, heads, None, "model_k")
-        kv = Indexer(dim, heads, None, "model_kv")
+        k_only = Indexer(dim, heads, None, "key")
+        kv = Indexer(dim, heads, None, "key_value")
         return lambda i: (k_only if no_value[i] else kv) if freq[i] else None
     return lambda i: indexer
 
@@ -1012,6 +1023,25 @@ def _mtp_layers(r: _Reader) -> int:
         modules = r.int_("num_mtp_modules", minimum=0, maximum=MAX_LAYERS) or 0
         return modules * (r.int_("mtp_transformer_layers", maximum=MAX_LAYERS) or 1)
     return 0
+
+
+def _compressed_tensors_experts(qc: dict, notes: list[str]) -> str | None:
+    """A compressed-tensors `quantization_config` whose one config group stores int4 weights in
+    groups of 32 and whose `ignore` list leaves attention, shared experts and dense MLPs out
+    (Kimi-K2.5): the routed experts at int4 (4.5 bits with their scales), the rest at torch_dtype.
+    None for any other scheme (it is then counted at torch_dtype, with the usual note)."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        return None
+    w = next(iter(groups.values())) or {}
+    w = w.get("weights") if isinstance(w, dict) else None
+    if not isinstance(w, dict) or w.get("num_bits") != 4 or w.get("type") != "int" or w.get("group_size") != 32:
+        return None
+    ignore = " ".join(str(x) for x in qc.get("ignore") or [])
+    if "self_attn" not in ignore or "shared_experts" not in ignore:
+        return None
+    notes.append("weights: the routed experts at int4 in groups of 32 (compressed-tensors), the rest at torch_dtype")
+    return "int4"
 
 
 def _ssm_state_dtype(r: _Reader, notes: list[str]) -> str | None:

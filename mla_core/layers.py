@@ -109,7 +109,7 @@ def keys_before(n: int, window: int | None = None, chunk: int | None = None) -> 
 
 # --- indexers ----------------------------------------------------------------------------------
 
-INDEXER_RULES = ("fp8_scaled", "kv", "model_k", "model_kv")
+INDEXER_RULES = ("fp8_scaled", "kv", "key", "key_value")
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,10 @@ class Indexer:
       fp8_scaled  `head_dim` fp8 values + a 4-byte fp32 scale per 128, whatever the KV dtype
                   (DeepSeek-V3.2 lightning indexer, GLM-5.2: 132 B at 128)
       kv          at the KV dtype; 1-byte KV dtypes store it as fp8_scaled (DeepSeek-V4)
-      model_k     one key head of `head_dim` at the model dtype (MiniMax-M3,
-                  `sparse_disable_index_value`)
-      model_kv    the same with its value head (MiniMax-M3 otherwise; SGLang MiniMaxSparseKVPool)
+      key         one key head of `head_dim` at the KV dtype (MiniMax-M3 with
+                  `sparse_disable_index_value`; SGLang MiniMaxSparseKVPool's MHATokenToKOnlyPool,
+                  index_dtype defaulting to the KV dtype)
+      key_value   the same with its value head (MiniMax-M3 otherwise)
     `n_heads` the indexer's query heads (flops and parameters), `topk` the entries it keeps."""
 
     head_dim: int
@@ -137,7 +138,7 @@ class Indexer:
             return fp8
         if self.rule == "kv":
             return row_bytes(self.head_dim, p.kv)
-        return row_bytes(self.head_dim, p.model) * (2 if self.rule == "model_kv" else 1)
+        return row_bytes(self.head_dim, "fp8" if p.kv == "fp8_ds_mla" else p.kv) * (2 if self.rule == "key_value" else 1)
 
     def flops_per_entry(self) -> int:
         """Flops one query spends scoring one cached entry: 2 x heads x head_dim."""
@@ -145,11 +146,11 @@ class Indexer:
 
     def params(self, hidden: int, q_in: int) -> int:
         """Its parameters. fp8_scaled / kv (DeepSeek-V3.2 lightning indexer: wq_b from the query
-        latent `q_in`, wk, k_norm LayerNorm, weights_proj); model_k / model_kv (MiniMax-M3: a
+        latent `q_in`, wk, k_norm LayerNorm, weights_proj); key / key_value (MiniMax-M3: a
         query projection of `n_heads` heads and one key (and value) head from the hidden state)."""
         d, n = self.head_dim, self.n_heads
-        if self.rule in ("model_k", "model_kv"):
-            return hidden * n * d + hidden * d * (2 if self.rule == "model_kv" else 1) + 2 * d
+        if self.rule in ("key", "key_value"):
+            return hidden * n * d + hidden * d * (2 if self.rule == "key_value" else 1) + 2 * d
         return q_in * n * d + hidden * d + 2 * d + hidden * n
 
 

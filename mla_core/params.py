@@ -203,9 +203,14 @@ def active_params_per_token(model: ModelSpec) -> int:
 def expert_and_other_dtypes(model: ModelSpec, weights_dtype: str) -> tuple[str, str]:
     """(dtype of the routed-expert matrices, dtype of everything else). `mxfp4` (gpt-oss)
     stores the MoE experts at 4.25 bits and the rest (attention, router, embeddings: what
-    `modules_to_not_convert` names) at `torch_dtype`; plain dtypes are the same for both."""
+    `modules_to_not_convert` names) at `torch_dtype`; at the model's own weights dtype, a
+    checkpoint that stores its experts apart (`ModelSpec.expert_weights_dtype`) keeps them so;
+    other plain dtypes are the same for both."""
     if weights_dtype == "mxfp4":
         return "mxfp4", ("bf16" if model.torch_dtype == "fp32" else model.torch_dtype)
+    if model.expert_weights_dtype and weights_dtype == model.default_weights_dtype:
+        # The checkpoint's own mix: DeepSeek-V4's MXFP4 experts beside fp8, Kimi-K2.5's int4 beside bf16.
+        return model.expert_weights_dtype, weights_dtype
     return weights_dtype, weights_dtype
 
 

@@ -143,6 +143,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     torch_dtype: str = "bf16"  # our name of the config's torch_dtype / dtype (default bf16)
     quant_method: str | None = None  # quantization_config.quant_method
+    expert_weights_dtype: str | None = None  # routed experts stored apart (DeepSeek-V4 fp4, Kimi-K2.5 int4)
     moe: MoESpec | None = None
     indexer: Indexer | None = None  # the sparse-attention indexer the config declares (parameters)
     # Parameter-count structure (docs/model.md "Parameter count from a config").

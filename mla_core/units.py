@@ -57,6 +57,9 @@ WEIGHT_DTYPES: dict[str, tuple[int, int]] = {
     # MXFP4 (OCP microscaling): 4-bit values + one 8-bit scale per 32 = 4.25 bits. Applies to
     # MoE expert matrices only; the rest of the model stays at torch_dtype (params.weights_bytes).
     "mxfp4": (17, 32),
+    # int4 in groups of 32 with a 16-bit scale each (compressed-tensors pack-quantized W4A16, group
+    # 32: Kimi-K2.5's routed experts): 18 B per 32 weights = 4.5 bits. Matmuls run at the bf16 peak.
+    "int4": (18, 32),
 }
 # The 4-bit weight formats: their matmuls are costed at a GPU's dense FP4 peak
 # (hardware.GPU.peak_flops, docs/model.md "Peak flops").

@@ -122,7 +122,8 @@ def slim_config(cfg: dict) -> dict:
     slim = {k: src[k] for k in CONFIG_FIELDS if k in src}
     qc = src.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("quant_method"), str):
-        slim["quantization_config"] = {k: qc[k] for k in ("quant_method", "modules_to_not_convert") if k in qc}
+        slim["quantization_config"] = {k: qc[k] for k in ("quant_method", "modules_to_not_convert", "config_groups",
+                                                          "ignore") if k in qc}
     return slim
 
 
