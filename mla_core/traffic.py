@@ -73,6 +73,7 @@ MAX_PROMPTS = 1_000_000
 SATURATION_GROWTH = 0.1  # queue growth per arrival over the second half of the arrivals that counts as unbounded
 _MIN_RUN = 16  # decode steps below which a run is priced step by step (a numpy call costs more)
 _MAX_RUN = 4096
+_MAX_DOUBLINGS = 12
 
 
 class StepTimes(Protocol):
@@ -1003,8 +1004,8 @@ def _saturated(cfg: TrafficConfig, gen: np.ndarray, admit: np.ndarray) -> bool:
 def max_rate_at_slo(step_times: StepTimes, kv: KVCache, config: TrafficConfig, *, iterations: int = 12) -> dict:
     """The highest Poisson rate (req/s, burstiness 1, no client limit, the rest of `config`) at
     which the run is not saturated and its p99 TTFT, p99 TPOT and p99 E2E meet the SLOs given,
-    found by bisection in log rate between 1/1000 and 1.2 x the throughput of a saturating closed
-    loop (max_num_seqs clients a replica). Same seed at every rate (the arrivals scale with 1 /
+    found by bisection in log rate: from 1/1000 of the throughput of a closed loop of max_num_seqs
+    clients a replica, the upper end doubled from that throughput until a rate fails. Same seed at every rate (the arrivals scale with 1 /
     rate). Returns {'rate': float or None (no SLO given), 'relative_precision', 'runs', 'note'};
     rate 0.0 when even the lowest rate misses an SLO."""
     cfg = check_config(config)
@@ -1019,16 +1020,19 @@ def max_rate_at_slo(step_times: StepTimes, kv: KVCache, config: TrafficConfig, *
                 and (cfg.tpot_ms is None or r.tpot_s.p99 is None or r.tpot_s.p99 <= cfg.tpot_ms / 1e3)
                 and (cfg.e2el_ms is None or r.e2e_s.p99 <= cfg.e2el_ms / 1e3))
 
-    lo, hi = cap / 1000.0, cap * 1.2
-    runs = 1
+    lo, hi = cap / 1000.0, cap
+    runs = 2
     if not ok(lo):
-        return {"rate": 0.0, "relative_precision": None, "runs": runs + 1,
+        return {"rate": 0.0, "relative_precision": None, "runs": runs,
                 "note": f"even {lo:.3g} req/s misses an SLO (one request alone is too slow)"}
-    runs += 1
-    if ok(hi):
-        return {"rate": hi, "relative_precision": None, "runs": runs + 1,
-                "note": "meets the SLOs up to 1.2 x the closed-loop throughput (the top of the search)"}
-    runs += 1
+    for _ in range(_MAX_DOUBLINGS):
+        runs += 1
+        if not ok(hi):
+            break
+        lo, hi = hi, hi * 2
+    else:
+        return {"rate": lo, "relative_precision": None, "runs": runs,
+                "note": f"meets the SLOs up to {lo:.3g} req/s, the top of the search"}
     for _ in range(iterations):
         mid = math.sqrt(lo * hi)
         runs += 1
