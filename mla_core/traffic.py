@@ -71,7 +71,7 @@ LENGTH_DATASETS = ("azure-conv-2023", "azure-code-2023")
 PERCENTILES = (50, 90, 99)
 MAX_PROMPTS = 1_000_000
 SATURATION_GROWTH = 0.1  # queue growth per arrival over the second half of the arrivals that counts as unbounded
-_MIN_RUN = 16  # decode steps below which a run is priced step by step (a numpy call costs more)
+_MIN_RUN = 8  # decode steps below which a run is priced step by step (a numpy call costs more)
 _MAX_RUN = 4096
 _MAX_DOUBLINGS = 12
 
@@ -835,26 +835,34 @@ class _Engine:
         d = len(self.dec)
         if self.prefilling or not d:
             return self.step()
+        t_arr = math.inf
+        if not self.waiting and arrivals:
+            t_arr = arrivals[0][0]
+            if t_arr - t < _MIN_RUN * self.last_dt:
+                return self.step()  # an arrival is due within a few steps
         s, kv = self.s, self.kv
         dec_need = self._decode_need(s, exact=False)
-        if dec_need > self.total and self._decode_need(s, exact=True) > self.total:
-            return self.step()  # a preemption is due
-        t_arr = math.inf
-        if self.waiting:
-            if len(self.running) < self.max_seqs:
-                r = self.waiting[0]
-                c0 = self.H[r]
-                need = kv.request_bytes(c0 + min(self.target[r] - c0, self.budget - d * self.k1))
-                if dec_need + need <= self.total or self._decode_need(s, exact=True) + need <= self.total:
-                    return self.step()  # it can be admitted now
-            # blocked until a request finishes: arrivals change nothing before then
-        elif arrivals:
-            t_arr = arrivals[0][0]
+        safe = None  # steps the cache surely holds (None: the quick bound holds now; check the run's end)
+        if dec_need > self.total:
+            dec_need = self._decode_need(s, exact=True)
+            if dec_need > self.total:
+                return self.step()  # a preemption is due
+            # a step adds at most floor(tps / N) + 1 blocks a sequence
+            safe = int((self.total - dec_need) // (d * self.bpt * self.blk * (self.tps // self.blk + 1)))
+            if safe < _MIN_RUN:
+                return self.step()
+        if self.waiting and len(self.running) < self.max_seqs:
+            r = self.waiting[0]
+            c0 = self.H[r]
+            need = kv.request_bytes(c0 + min(self.target[r] - c0, self.budget - d * self.k1))
+            if dec_need + need <= self.total or self._decode_need(s, exact=True) + need <= self.total:
+                return self.step()  # it can be admitted now
+        # else the queue's head is blocked until a request finishes: arrivals change nothing before then
         horizon = self._top_finish() - s + 1
         if t_arr < math.inf:
             guess = (t_arr - t) / self.last_dt if self.last_dt > 0 else _MAX_RUN
             horizon = min(horizon, int(guess * 1.25) + 4)
-        horizon = min(horizon, _MAX_RUN)
+        horizon = min(horizon, _MAX_RUN, safe if safe is not None else _MAX_RUN)
         if horizon < _MIN_RUN:
             return self.step()
         j = np.arange(horizon)
@@ -864,16 +872,14 @@ class _Engine:
         if t_arr < math.inf:
             starts = ends - dts
             h = min(h, int(np.searchsorted(starts, t_arr, side="left")))
-        if self._decode_need(s + h - 1, exact=False) > self.total \
+        if safe is None and self._decode_need(s + h - 1, exact=False) > self.total \
                 and self._decode_need(s + h - 1, exact=True) > self.total:
-            lo, hi = 1, h - 1  # the steps s .. s + lo - 1 fit; find the last that does
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if self._decode_need(s + mid - 1, exact=True) <= self.total:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            h = lo
+            # the cache fills within the run: the longest of ~16 candidate lengths that still fits, in one
+            # array operation (the steps s .. s + m - 1 fit when the need at step s + m - 1 does)
+            cand = np.unique(np.round(np.geomspace(1, h - 1, 16)).astype(np.int64)) if h > 2 else np.array([1])
+            ctx = self._barr[:, None] + (self.tps * (s + cand - 1) + self.k)[None, :]
+            fits = self.kv.request_bytes(ctx).sum(axis=0) <= self.total
+            h = int(cand[fits].max()) if fits.any() else 0
         if h < 1:
             return self.step()
         self.itl_runs.append((dts[:h], d))
