@@ -49,6 +49,9 @@ def sections(tiny: bool):
     import element_costs
 
     out.append(("8. What one Streamlit element costs a served rerun", lambda: element_costs.run(tiny=tiny)))
+    import traffic_sim
+
+    out.append(("9. Traffic simulation: requests simulated per second", lambda: traffic_sim.run(tiny=tiny)))
     return out
 
 

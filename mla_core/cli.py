@@ -264,7 +264,55 @@ def cmd_plan(args) -> dict:
                   tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
                   ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype,
                   ssm_state_dtype=args.ssm_state_dtype)
-    return plan.to_dict()
+    out = plan.to_dict()
+    if any(getattr(args, name) is not None for name in TRAFFIC_FLAGS):
+        out["traffic"] = _plan_traffic(args, model, gpu, plan, link)
+    return out
+
+
+# The plan's traffic flags (`vllm bench serve` and `vllm serve` spellings); any of them runs the simulation.
+TRAFFIC_FLAGS = ("rate", "burstiness", "max_concurrency", "num_prompts", "random_range_ratio", "dataset",
+                 "max_num_seqs", "max_num_batched_tokens", "seed")
+
+
+def _plan_traffic(args, model, gpu, plan, link) -> dict | None:
+    """`mla_core.traffic.plan_traffic` at the plan's best point (its split), or None with the
+    reason when the plan has no point."""
+    if plan.best is None or not plan.best.fits:
+        return {"available": False, "reason": "the plan has no point that fits memory: nothing to serve traffic"}
+    from .serving import Deployment
+    from .traffic import TrafficConfig, plan_traffic, vllm_batch_defaults
+
+    best = plan.best
+    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=args.gpus_per_node, tp=best.tp,
+                     dp_attention=best.dp_attention, ep=best.ep, weights_dtype=args.weights_dtype,
+                     kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
+                     internode_gbps=args.internode_gbps, link_bandwidth_Bps=link, block_size=args.block_size,
+                     state_dtype=args.state_dtype, ssm_state_dtype=args.ssm_state_dtype)
+    batched, seqs = vllm_batch_defaults(gpu)
+    cfg = TrafficConfig(
+        input_len=args.input_len, output_len=args.output_len,
+        num_prompts=args.num_prompts if args.num_prompts is not None else 1000,
+        rate=args.rate if args.rate is not None else float("inf"),
+        burstiness=args.burstiness if args.burstiness is not None else 1.0, max_concurrency=args.max_concurrency,
+        random_range_ratio=args.random_range_ratio if args.random_range_ratio is not None else 0.0,
+        dataset=args.dataset, max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens if args.max_num_batched_tokens is not None else batched,
+        prefix_hit=args.prefix_hit, spec_tokens=args.spec_tokens, acceptance=args.acceptance,
+        seed=args.seed if args.seed is not None else 0, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms)
+    out = plan_traffic(model, dep, cfg).to_dict()
+    out["available"] = True
+    out["split"] = best.split
+    return out
+
+
+def _rate_arg(text: str) -> float:
+    if text.strip().lower() in ("inf", "infinity"):
+        return float("inf")
+    v = _real_arg("--rate")(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"--rate must be positive (requests a second) or inf, got {_short(text)}")
+    return v
 
 
 def cmd_presets(args) -> dict:
@@ -370,6 +418,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="default: fp8 for fp8 checkpoints, else torch_dtype")
         p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
                        help="share of GPU memory the engine may use (vLLM's meaning; default 0.9)")
+        t = p.add_argument_group("traffic (any of these simulates requests over time at the best point; "
+                                 "`vllm bench serve` and `vllm serve` meanings)")
+        t.add_argument("--rate", type=_rate_arg, help="requests a second, or inf (default inf: all at once)")
+        t.add_argument("--burstiness", type=_real_arg("--burstiness"),
+                       help="gamma shape of the arrival gaps (default 1: Poisson)")
+        t.add_argument("--max-concurrency", type=_int_arg("--max-concurrency"), help="clients: requests in flight at most")
+        t.add_argument("--num-prompts", type=_int_arg("--num-prompts"), help="requests in the run (default 1000)")
+        t.add_argument("--random-range-ratio", type=_real_arg("--random-range-ratio"),
+                       help="lengths uniform in [L (1 - r), L (1 + r)], 0 <= r < 1 (default 0: fixed)")
+        t.add_argument("--dataset", metavar="ID",
+                       help="draw lengths from a shipped histogram (data/traffic_lengths.json, e.g. azure-conv-2023)")
+        t.add_argument("--max-num-seqs", type=_int_arg("--max-num-seqs"),
+                       help="engine: requests running at once (default vLLM's: 1024 on >= 70 GiB GPUs, else 256)")
+        t.add_argument("--max-num-batched-tokens", type=_int_arg("--max-num-batched-tokens"),
+                       help="engine: tokens a step, chunked prefill (default vLLM's: 8192 on >= 70 GiB GPUs, else 2048)")
+        t.add_argument("--seed", type=_int_arg("--seed", minimum=0), help="random seed (default 0)")
 
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
                  "`bench --help`); `bench collectives` under torchrun; `bench import FILE` for vLLM / SGLang "
@@ -544,4 +608,34 @@ def render_plan(r: dict) -> str:
     lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += ["", "vLLM:   " + (r["vllm_command"] or "n/a"), "SGLang: " + (r["sglang_command"] or "n/a")]
     lines += [f"note: {n}" for n in r["notes"]]
+    if r.get("traffic"):
+        lines += [""] + render_traffic(r["traffic"])
     return "\n".join(lines)
+
+
+def render_traffic(t: dict) -> list[str]:
+    """The plan's traffic section: the run, the percentiles of each metric, throughput, goodput."""
+    from .units import format_seconds
+
+    if not t.get("available"):
+        return [f"traffic: {t.get('reason', 'n/a')}"]
+    c = t["config"]
+    lines = [f"traffic ({t['step_times']} step times, {t['split']}): {t['simulated_requests']:,} requests, {c['mode']}, "
+             f"{t['mean_input_len']:,.0f} in / {t['mean_output_len']:,.0f} out on average; "
+             f"max_num_seqs {c['max_num_seqs']:,}, max_num_batched_tokens {c['max_num_batched_tokens']:,}"]
+
+    def f(v):
+        return "n/a" if v is None else format_seconds(v)
+
+    for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("E2E", "e2e_s")):
+        m = t[key]
+        lines.append(f"  {name:<5} mean {f(m['mean'])}, p50 {f(m['p50'])}, p90 {f(m['p90'])}, p99 {f(m['p99'])}")
+    lines.append(f"  throughput {t['request_throughput']:,.2f} req/s, {t['output_tokens_per_s']:,.1f} output tokens/s"
+                 + (f"; goodput {t['goodput_rps']:,.2f} req/s" if t["goodput_rps"] is not None else ""))
+    if t["max_rate_at_slo"] is not None:
+        lines.append(f"  highest Poisson rate meeting the SLOs at p99: {t['max_rate_at_slo']:,.3g} req/s")
+    lines.append("  SATURATED: arrivals outpace the engine, the queue grows without bound" if t["saturated"]
+                 else "  not saturated")
+    lines += [f"  note: {n}" for n in t["notes"]]
+    lines.append(f"  ({t['sim_wall_s'] * 1e3:,.0f} ms to simulate)")
+    return lines

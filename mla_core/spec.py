@@ -238,6 +238,13 @@ class ModelSpec:
         plain = full_attention_layer(self.attention, self.indexer).caches
         return any(g.layer.caches != plain for g in self.cache_groups() if not g.layer.draft)
 
+    def windows(self) -> tuple[int, ...]:
+        """The sliding windows and chunks of its caches, ascending: where per-sequence bytes and
+        attention stop growing with the context (a breakpoint for curves over the context)."""
+        out = {w for g in self.cache_groups() for c in g.layer.caches
+               for w in (getattr(c, "window", None), getattr(c, "chunk", None)) if w}
+        return tuple(sorted(out))
+
     def draft_caches(self) -> tuple[CacheSpec, ...]:
         """What one draft layer holds: `mtp_layer`'s caches, else full attention of the model's shape."""
         if self.mtp_layer is not None:
