@@ -126,6 +126,14 @@ def _columns(path: str) -> dict:
     return {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
 
 
+def _eq(cols: dict, name: str, value):
+    """Rows where column `name` equals `value`; every row when an older table lacks the column
+    (a100_sxm's attention tables have no window_size: all full attention)."""
+    if name in cols:
+        return cols[name] == value
+    return np.ones(len(next(iter(cols.values()))), dtype=bool)
+
+
 def _grid(cols: dict, mask, axes: tuple[str, ...], value: np.ndarray, offsets: tuple[float, ...] = ()) -> Grid | None:
     if not mask.any():
         return None
@@ -194,7 +202,7 @@ class AicTable(KernelTable):
         fn = getattr(self, "_" + op.op_class, None)
         if fn is None:
             return None
-        key = (op.op_class, tuple(op.shape().items()), hw.key(op.op_class == "collective"))
+        key = (op.op_class, op, hw.key(op.op_class == "collective"))
         try:
             return self._lookups[key]
         except KeyError:
@@ -277,7 +285,7 @@ class AicTable(KernelTable):
 
         def make():
             cols = _columns(path)
-            mask = (cols["kv_cache_dtype"] == kv) & (cols["head_dim"] == head_dim) & (cols["window_size"] == 0)
+            mask = (cols["kv_cache_dtype"] == kv) & (cols["head_dim"] == head_dim) & _eq(cols, "window_size", 0)
             return _grid(cols, mask, ("batch_size", "step", "num_heads", "num_key_value_heads"),
                          cols["latency"] * 1e-3, (0.0, 1.0))
 
@@ -322,8 +330,8 @@ class AicTable(KernelTable):
 
             def make():
                 cols = _columns(path)
-                mask = ((cols["batch_size"] == 1) & (cols["head_dim"] == head_dim) & (cols["window_size"] == 0)
-                        & (cols["kv_cache_dtype"] == "bfloat16"))
+                mask = ((cols["batch_size"] == 1) & (cols["head_dim"] == head_dim) & _eq(cols, "window_size", 0)
+                        & _eq(cols, "kv_cache_dtype", "bfloat16"))
                 return _grid(cols, mask, ("isl", "num_heads", "num_key_value_heads"), cols["latency"] * 1e-3)
 
             grid = self._cached((path, "ctx", head_dim), make)
@@ -360,7 +368,7 @@ class AicTable(KernelTable):
 
         def keys():
             cols = _columns(path)
-            mask = (cols["distribution"] == "balanced")
+            mask = _eq(cols, "distribution", "balanced")
             out = {}
             names = ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
             arr = [cols[n][mask] for n in names]
@@ -377,16 +385,9 @@ class AicTable(KernelTable):
         grid = grids.get(want)
         near = op
         if grid is None:
-            cands = [k for k in grids if k[0] == dtype]
-            if not cands and dtype == "fp8_block":
-                cands = [k for k in grids if k[0] == "fp8"]
-            if not cands:
+            k = self._cached((path, "moe-nearest", want), lambda: self._nearest_moe_key(grids, want))
+            if k is None:
                 return None
-
-            def dist(k):
-                return sum(math.log(max(a, 1) / max(b, 1)) ** 2 for a, b in zip(k[1:], want[1:]))
-
-            k = min(cands, key=dist)
             grid = grids[k]
             near = op.at(hidden=k[1], inter=k[2], topk=k[3], num_experts=k[4], moe_tp=k[5],
                          experts_local=max(1, k[4] // k[6]))
@@ -399,6 +400,17 @@ class AicTable(KernelTable):
             r_o, r_n = op.roofline_s(hw), near.roofline_s(hw)
             look = Lookup(max(look.latency_s * r_o / r_n, look.latency_s + r_o - r_n), src, look.note)
         return self._with(look, "; ".join(filter(None, (n2, note))))
+
+    @staticmethod
+    def _nearest_moe_key(grids: dict, want: tuple):
+        """The measured MoE shape nearest `want` in log space (same dtype; fp8 for a block-fp8
+        model without block-scaled rows), or None."""
+        cands = [k for k in grids if k[0] == want[0]]
+        if not cands and want[0] == "fp8_block":
+            cands = [k for k in grids if k[0] == "fp8"]
+        if not cands:
+            return None
+        return min(cands, key=lambda k: sum(math.log(max(a, 1) / max(b, 1)) ** 2 for a, b in zip(k[1:], want[1:])))
 
     def _collective(self, op, hw):
         if op.nodes > 1 or op.ranks > 8 or op.ranks < 2:

@@ -85,7 +85,9 @@ class Grid:
                 clamped = [min(max(lx, la[0]), la[-1]) for lx, la in zip(lq, self._log_axes)]
                 v = self._interpolate(clamped)
                 if v is not None:
-                    return Hit(v, True, tuple(math.exp(c) for c in clamped))
+                    point = tuple(float(a[0]) if lx < la[0] else float(a[-1]) if lx > la[-1] else float(x)
+                                  for x, lx, a, la in zip(query, lq, self.axes, self._log_axes))
+                    return Hit(v, True, point)
         return self._nearest(query)
 
     def _interpolate(self, lq: list[float]) -> float | None:

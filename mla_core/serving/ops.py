@@ -33,8 +33,9 @@ Op classes and the shape each hands to a table (units: tokens, elements, bytes, 
 """
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from ..units import weight_bytes
@@ -67,7 +68,7 @@ class OpTime:
     measured: bool = True
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,19 @@ class Op:
     'attention'), `layer` which layer group, `calls` how many times a step runs it, `stream`
     the overlap group the engine may run beside another ('' = serial)."""
 
-    name: str
-    calls: float
-    layer: str = ""
-    stream: str = ""
+    # compare=False: two ops at the same shape are equal (and hash alike), whatever they are called,
+    # so a table memoises its answer per shape
+    name: str = field(compare=False)
+    calls: float = field(compare=False)
+    layer: str = field(default="", compare=False)
+    stream: str = field(default="", compare=False)
 
     op_class: ClassVar[str] = ""
     _meta: ClassVar[tuple[str, ...]] = ("name", "calls", "layer", "stream")
 
     def shape(self) -> dict:
         """The fields a kernel table is keyed and interpolated on."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._meta}
+        return {name: getattr(self, name) for name in _shape_fields(type(self))}
 
     def work(self) -> tuple[float, float]:
         """(bytes, flops) of one call."""
@@ -95,10 +98,11 @@ class Op:
     def compute_dtype(self) -> str:
         return "bf16"
 
-    def roofline_s(self, hw) -> float:
-        """Seconds one call cannot beat on `hw` (tables.Hardware)."""
-        nbytes, flops = self.work()
-        return max(nbytes / hw.bandwidth_Bps, flops / hw.peak_flops(self.compute_dtype()))
+    def roofline_s(self, hw, work: tuple[float, float] | None = None) -> float:
+        """Seconds one call cannot beat on `hw` (tables.Hardware); `work` this op's (bytes, flops)
+        when already known."""
+        nbytes, flops = work or self.work()
+        return max(nbytes / hw.bandwidth_Bps, flops / hw.peak_flops(self.compute_dtype()) if flops else 0.0)
 
     def at(self, **shape) -> Op:
         """This op at another shape (the nearest measured one, for roofline scaling)."""
@@ -107,13 +111,14 @@ class Op:
     def time(self, tables) -> OpTime:
         """The op's time from `tables` (tables.KernelTables: the precedence chain and the
         hardware), never below its roofline."""
-        roof = self.roofline_s(tables.hw)
+        work = self.work()
+        nbytes, flops = work
+        roof = self.roofline_s(tables.hw, work)
         look = tables.lookup(self)
         per, note = look.latency_s, look.note
         if per < roof * (1 - 1e-9):
             per = roof
             note = "; ".join(filter(None, (note, "table faster than this GPU's roofline: the roofline used")))
-        nbytes, flops = self.work()
         return OpTime(self.name, self.op_class, self.layer, self.calls, per, per * self.calls, roof * self.calls,
                       nbytes * self.calls, flops * self.calls, look.source, note, self.stream, look.measured)
 
@@ -193,6 +198,11 @@ class AttentionPrefill(Op):
         return new
 
 
+@functools.lru_cache(maxsize=None)
+def _shape_fields(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name not in Op._meta)
+
+
 def expected_active(experts_local: float, num_experts: int, topk: int, tokens: float) -> float:
     """Experts of this GPU that `tokens` tokens touch under uniform routing:
     experts_local (1 - (1 - k / E)^tokens) (docs/model.md, the E (1 - (1 - k/E)^B) rule)."""
@@ -257,7 +267,7 @@ class Collective(Op):
 
         return collective_wire(self.op, self.bytes, dep, topk=self.topk)
 
-    def roofline_s(self, hw) -> float:
+    def roofline_s(self, hw, work=None) -> float:
         from .bound import wire_time
 
         return wire_time(*self.wire(hw.dep), hw.dep)

@@ -308,25 +308,37 @@ class StepEstimate:
     tokens: int
     ops: tuple[OpTime, ...]
 
+    def __post_init__(self):
+        by_class: dict[str, float] = {}
+        by_source: dict[str, float] = {}
+        measured = total = 0.0
+        for o in self.ops:
+            by_class[o.op_class] = by_class.get(o.op_class, 0.0) + o.time_s
+            by_source[o.source] = by_source.get(o.source, 0.0) + o.time_s
+            total += o.time_s
+            if o.measured and "outside" not in o.note:
+                measured += o.time_s
+        object.__setattr__(self, "_by_class", by_class)
+        object.__setattr__(self, "_by_source", by_source)
+        object.__setattr__(self, "_measured", measured / total if total else 0.0)
+        object.__setattr__(self, "_notes", frozenset(o.note for o in self.ops if o.note))
+
     def measured_share(self) -> float:
         """Share of the ops' time that comes from measurements inside their tables."""
-        total = sum(o.time_s for o in self.ops) or 1.0
-        return sum(o.time_s for o in self.ops if o.measured and "outside" not in o.note) / total
+        return self._measured
 
     def by_class(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for o in self.ops:
-            out[o.op_class] = out.get(o.op_class, 0.0) + o.time_s
-        return out
+        return dict(self._by_class)
 
     def by_source(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for o in self.ops:
-            out[o.source] = out.get(o.source, 0.0) + o.time_s
-        return out
+        return dict(self._by_source)
+
+    @property
+    def notes(self) -> frozenset:
+        return self._notes
 
     def to_dict(self, ops: bool = True) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k != "ops"}
+        d = {k: v for k, v in self.__dict__.items() if k != "ops" and not k.startswith("_")}
         d["by_class_s"] = self.by_class()
         if ops:
             d["ops"] = [o.to_dict() for o in self.ops]
@@ -419,7 +431,7 @@ def describe_sources(*steps: StepEstimate) -> str:
     """'aiconfigurator-core ... (93%), uncalibrated (7%)' over the steps' op times."""
     share: dict[str, float] = {}
     for s in steps:
-        for k, v in s.by_source().items():
+        for k, v in s._by_source.items():
             share[k] = share.get(k, 0.0) + v
     total = sum(share.values()) or 1.0
     ordered = sorted(share.items(), key=lambda kv: -kv[1])
@@ -457,7 +469,7 @@ def point_estimate(decode: StepEstimate, prefill: tuple[StepEstimate, ...], dep:
     prefill_rounds = -(-b_rep // dep.tp) if dp else b_rep
     cycle = prefill_rounds * ttft + max(wl.output_len - 1, 0) / tps * decode.time_s
     out_gpu = b_rep * wl.output_len / cycle / dep.tp if cycle > 0 else 0.0
-    notes = sorted({o.note for s in (decode, *prefill) for o in s.ops if o.note})
+    notes = sorted(decode.notes.union(*(s.notes for s in prefill)))
     conf = confidence(decode)
     source = describe_sources(decode, *prefill)
     if conf == "high" and "uncalibrated" in source.split(" (")[0]:

@@ -58,12 +58,16 @@ class Hardware:
     gpu: GPU
     dep: object  # inputs.Deployment
 
-    @property
-    def bandwidth_Bps(self) -> float:
-        return self.gpu.bandwidth_Bps
+    def __post_init__(self):
+        object.__setattr__(self, "bandwidth_Bps", self.gpu.bandwidth_Bps)
+        object.__setattr__(self, "_peaks", {})
 
     def peak_flops(self, dtype: str) -> float:
-        return self.gpu.peak_flops(dtype)
+        try:
+            return self._peaks[dtype]
+        except KeyError:
+            p = self._peaks[dtype] = self.gpu.peak_flops(dtype)
+            return p
 
     def key(self, links: bool = False) -> tuple:
         """What a roofline on this hardware depends on (a cache key): the GPU's figures, and the
