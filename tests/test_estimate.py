@@ -109,10 +109,11 @@ def test_aiconfigurator_gemm_read_as_published():
 
     table = aic_table("h200", "vllm")
     # aiconfigurator-core 0.12.0, systems/data/h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet: the bf16 row
-    # m=1, n=k=16384 has latency 0.125006 ms (docs/model.md quotes 0.125).
+    # m=1, n=k=16384 has latency 0.125006 ms.
     look = table.lookup(Gemm("g", 1, m=1, n=16384, k=16384, dtype="bf16"), _uncal().hw)
     assert look.latency_s == pytest.approx(0.125006e-3, rel=1e-5)
     assert look.source == "aiconfigurator-core 0.12.0 h200_sxm/vllm 0.24.0" and look.note == ""
+    assert any("mem_bw_empirical_scaling_factor" in n for n in table.describe()["notes"])
     # a shape past the table (m = 200,000 tokens) is scaled by the roofline, with a note
     big = table.lookup(Gemm("g", 1, m=200_000, n=16384, k=16384, dtype="bf16"), _uncal().hw)
     assert "outside" in big.note and big.latency_s > 0.125006e-3
@@ -170,6 +171,28 @@ def test_the_step_is_its_ops_summed_in_one_place():
     # MoE: 58 layers of routed experts over 4 tokens x top-8 rows
     moe = next(o for o in d["ops"] if o["name"] == "routed experts")
     assert moe["calls"] == 58
+
+
+def test_a_mixed_step_reads_the_weights_once():
+    from mla_core.serving.step import estimate_step
+
+    dep = Deployment(gpu=H200, num_gpus=8, tp=8)
+    wl = Workload(2048, 256)
+    tables, rules = _uncal(dep), engine_rules("vllm")
+    decode = estimate_step(R1, dep, wl, tables, rules, decode_seqs=32, context=2176)
+    prefill = estimate_step(R1, dep, wl, tables, rules, prefill_tokens=2048)
+    mixed = estimate_step(R1, dep, wl, tables, rules, decode_seqs=32, context=2176, prefill_tokens=2048)
+    assert mixed.phase == "mixed" and not mixed.captured
+    assert max(decode.time_s, prefill.time_s) < mixed.time_s < decode.time_s + prefill.time_s
+
+
+def test_a_stored_profile_needs_the_store():
+    import importlib.util
+
+    if importlib.util.find_spec("mla_core.store") is not None:
+        pytest.skip("the store is installed: run ids are its to check")
+    with pytest.raises(MLAError, match="mla_core.store"):
+        ProfileTable(12)
 
 
 # --- never faster than the bound ---------------------------------------------------------------------

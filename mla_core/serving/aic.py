@@ -161,6 +161,17 @@ class AicTable(KernelTable):
         self._lookups: dict = {}
         TABLES_MADE.append(self)
 
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "notes": [
+            f"aiconfigurator-core {AIC_VERSION} (Apache-2.0) tables measured on {self.system} for {self.backend} "
+            f"{self.version} (families an engine version lacks come from its newest older version)",
+            "hand corrections applied: the system YAML's mem_bw_empirical_scaling_factor (0.8) and "
+            "mem_empirical_constant_latency (3 us), as the elementwise figures of the uncalibrated table "
+            "(aiconfigurator measures no elementwise kernels); not applied: nccl_mem and other_mem (memory "
+            "reserves), p2p_latency (pipeline sends are not modelled)",
+            "rows read at distribution 'balanced' for MoE (uniform routing); the fastest kernel where an engine "
+            "measured several at one shape"]}
+
     # -- files ---------------------------------------------------------------------------------
     def _file(self, family: str, table: str, backend: str | None = None) -> tuple[str, str, str] | None:
         """(path, backend, version) of a family's table, current or backward-filled."""

@@ -48,7 +48,8 @@ def published_checks() -> list[dict]:
         else:
             plan = search(model, gpu, num_gpus=par["num_gpus"], gpus_per_node=par["gpus_per_node"], workload=wl,
                           weights_dtype=m.get("weights_dtype"), kv_dtype=m.get("kv_dtype", "auto"),
-                          tp=par["tp"], dp_attention=par["dp_attention"], ep=par["ep"], batch=m.get("batch"))
+                          tp=par["tp"], dp_attention=par["dp_attention"], ep=par["ep"], batch=m.get("batch"),
+                          engine=None)  # the bound's best batch, not the estimate's
             best = plan.best
             if best is None:
                 raise MLAError(f"data/serving_measurements.json: {m['id']} does not fit ({'; '.join(plan.notes)})")

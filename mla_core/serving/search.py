@@ -535,7 +535,7 @@ def estimate_breakdown(model: ModelSpec, dep: Deployment, wl: Workload, point: P
     """The point's Estimate as a dict, with `bound` (the bound's TTFT, TPOT, tokens/s per user and
     per GPU beside it), `decode_step` and `prefill` (step.StepEstimate.to_dict: every op's time,
     source and note), `engine_rules` (engines.EngineRules.to_dict) and `kernel_tables` (the
-    chain, in precedence order)."""
+    chain in precedence order, each table's `describe()`: what it holds and corrects)."""
     from .engines import engine_rules
 
     group = replace(dep, num_gpus=dep.tp)
@@ -549,7 +549,7 @@ def estimate_breakdown(model: ModelSpec, dep: Deployment, wl: Workload, point: P
     d["decode_step"] = decode.to_dict()
     d["prefill"] = [s.to_dict() for s in sp.prefill_estimate]
     d["engine_rules"] = engine_rules(est.engine).to_dict()
-    d["kernel_tables"] = list(est.table_names)
+    d["kernel_tables"] = [t.describe() for t in est.tables]
     return d
 
 

@@ -106,13 +106,17 @@ def scaled(op, hw, hit: Hit, source: str, shape_of, what: str) -> Lookup:
 
 class KernelTable:
     """One kernel table: `name` (the source string an estimate shows), `kind` ('profile',
-    'aiconfigurator', 'uncalibrated'), `lookup(op, hw) -> Lookup | None`."""
+    'aiconfigurator', 'uncalibrated'), `lookup(op, hw) -> Lookup | None`, `describe()`."""
 
     name = ""
     kind = ""
 
     def lookup(self, op, hw) -> Lookup | None:
         raise NotImplementedError
+
+    def describe(self) -> dict:
+        """`name`, `kind` and `notes`: what the table holds and what it corrects."""
+        return {"name": self.name, "kind": self.kind, "notes": []}
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,6 +194,10 @@ class UncalibratedTable(KernelTable):
     name = "uncalibrated"
     kind = "uncalibrated"
 
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind,
+                "notes": [f"{k}: {v}" for k, v in uncalibrated_sources().items()]}
+
     def lookup(self, op, hw) -> Lookup:
         if op.op_class == "collective":
             floor_in, floor_out, eff, _ = UNCALIBRATED_COLLECTIVE[op.op]
@@ -228,9 +236,18 @@ PROFILE_AXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def load_profile_dict(profile) -> tuple[dict, str]:
-    """(the profile dict, its name) from a dict or a path to a JSON file holding one.
-    Raises MLAError (one line) for a missing file, bad JSON or a dict of another shape."""
+    """(the profile dict, its name) from a dict, a path to a JSON file holding one, or a stored
+    run id (an int, or digits: `mla_core.store.load_profile`, where the store is installed).
+    Raises MLAError (one line) for a missing file or run, bad JSON or a dict of another shape."""
     name = ""
+    if isinstance(profile, int) or (isinstance(profile, str) and profile.isdigit() and not Path(profile).exists()):
+        try:
+            from ..store import load_profile
+        except ImportError:
+            raise MLAError(f"profile {profile}: stored runs need mla_core.store; give the profile's JSON file") from None
+        run_id = int(profile)
+        profile = load_profile(run_id)
+        name = f"run {run_id}"
     if isinstance(profile, (str, Path)):
         path = Path(profile)
         try:
@@ -255,6 +272,7 @@ class ProfileTable(KernelTable):
         data, label = load_profile_dict(profile)
         self.data = data
         self.name = f"own profile {label}"
+        self.device = data.get("device") or {}
         self._grids: dict[tuple, Grid] = {}
         for cls, rows in data["ops"].items():
             if cls not in PROFILE_AXES or not isinstance(rows, list):
@@ -273,6 +291,12 @@ class ProfileTable(KernelTable):
                 groups.setdefault(key, []).append((point, t))
             for key, pts in groups.items():
                 self._grids[(cls, key)] = Grid.from_points([p for p, _ in pts], [t for _, t in pts])
+
+    def describe(self) -> dict:
+        held = sorted({cls for cls, _ in self._grids})
+        return {"name": self.name, "kind": self.kind,
+                "notes": [f"measured on {self.device.get('name', 'an unnamed device')} for {self.data.get('model')} "
+                          f"at tp {self.data.get('tp')}; holds {', '.join(held) or 'nothing'}"]}
 
     def lookup(self, op, hw) -> Lookup | None:
         keys, axes = PROFILE_AXES[op.op_class]
