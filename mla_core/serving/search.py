@@ -199,8 +199,10 @@ def clear_caches() -> None:
     _decode_estimate_cached.cache_clear()
     for f in (_attention_one_sequence, _model_params, _streamed_params, _moe_layers):
         f.cache_clear()
+    from .step import layer_shapes
     from .tables import clear_lookups
 
+    layer_shapes.cache_clear()
     clear_lookups()
 
 

@@ -23,8 +23,8 @@ logits all-gather under TP, sampling; weights the ops above do not read (norm we
 the V3.2 indexer, ...) are streamed as one memory-bound op so that every byte the bound counts
 is in the estimate.
 
-The one function that reads the model's per-layer shape is `layer_groups` (swap it when the
-per-layer cache classes land).
+The one function that reads the model's per-layer cache shape is `layer_shapes` (swap it when
+the per-layer cache classes land).
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ class LayerGroup:
 
 
 def layer_groups(model: ModelSpec) -> tuple[LayerGroup, ...]:
-    """The model's layers grouped by what they run, in first-seen order: the one place the
-    estimate reads the per-layer shape (`model.layers`, `moe.moe_layers`, `mlp_layers`)."""
+    """The model's layers grouped by what they run, in first-seen order (`model.layers`,
+    `moe.moe_layers`, `mlp_layers`); `layer_shapes` adds each group's shape on a GPU."""
     def make():
         moe = model.moe
         moe_layers = moe.moe_layers if moe else ()
@@ -97,6 +97,77 @@ def layer_groups(model: ModelSpec) -> tuple[LayerGroup, ...]:
     return model_memo(model, "estimate_layer_groups", make)
 
 
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention block of a layer group on one GPU: `mla` (latent cache) or MHA/GQA/MQA,
+    query `heads` and `kv_heads` on the GPU, `head_dim`; MLA's `d_c`, `d_r`, `d_nope`, `d_v`,
+    `q_lora` (0: no query latent); `qk_norm`; `kv_token_bytes` one token of one layer's cache on
+    the GPU (kv.kv_bytes_per_token_layer: block formats, fp8_ds_mla and the indexer included);
+    `decode_flops` per query head per cached token (absorbed), `prefill_flops` per head per
+    (query, key) pair (MLA as MHA)."""
+
+    mla: bool
+    heads: int
+    kv_heads: int
+    head_dim: int
+    d_c: int
+    d_r: int
+    d_nope: int
+    d_v: int
+    q_lora: int
+    qk_norm: bool
+    kv_token_bytes: int
+    decode_flops: int
+    prefill_flops: int
+
+
+@dataclass(frozen=True)
+class RecurrentShape:
+    """A recurrent mixer on one GPU (spec.RecurrentSpec split as kv.py splits it): `kind`,
+    `heads`, `groups`, `head_dim`, `state_size`, `elements` of state a sequence, `state_bytes`
+    of it, `flops` a token a sequence (4 x recurrent + 2 x conv elements), `params` of its
+    projections on the GPU."""
+
+    kind: str
+    heads: int
+    groups: int
+    head_dim: int
+    state_size: int
+    elements: int
+    state_bytes: int
+    flops: int
+    params: int
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def layer_shapes(model: ModelSpec, tp: int, dp: bool, kv_dtype: str, state_dtype: str
+                 ) -> tuple[tuple[LayerGroup, AttentionShape | None, RecurrentShape | None], ...]:
+    """Every layer group with the shape of its attention block and recurrent mixer on one GPU of a
+    group of `tp` (`dp` attention data parallelism): the one function that reads the model's
+    per-layer cache shape (`layer_groups`, `model.attention`, `model.recurrent`, kv.py), so it
+    can be swapped for the per-layer cache classes."""
+    from ..kv import heads_per_gpu, kv_bytes_per_token_layer, state_bytes_per_layer
+    from ..params import recurrent_params_per_layer
+    from ..roofline import attention_flops_per_token_layer
+
+    a = model.attention
+    att = AttentionShape(
+        a.is_mla, heads_per_gpu(a.num_attention_heads, tp, dp), heads_per_gpu(a.num_key_value_heads, tp, dp),
+        a.head_dim, a.kv_lora_rank or 0, a.qk_rope_head_dim or 0, a.qk_nope_head_dim or 0, a.v_head_dim or 0,
+        a.q_lora_rank or 0, model.qk_norm, kv_bytes_per_token_layer(model, kv_dtype, tp=tp, dp_attention=dp),
+        attention_flops_per_token_layer(model, "absorbed", 1),
+        attention_flops_per_token_layer(model, "expanded" if a.is_mla else "absorbed", 1))
+    rec = None
+    r = model.recurrent
+    if r is not None and model.recurrent_layers:
+        heads, groups = r.split(tp, dp)
+        rec = RecurrentShape(r.kind, heads, groups, r.head_dim, r.state_size, r.elements(tp, dp),
+                             state_bytes_per_layer(model, state_dtype, tp=tp, dp_attention=dp),
+                             4 * r.ssm_elements(tp, dp) + 2 * r.conv_elements(tp, dp),
+                             recurrent_params_per_layer(model) // (1 if dp else tp))
+    return tuple((g, att if g.attention else None, rec if g.recurrent else None) for g in layer_groups(model))
+
+
 # --- the ops of a forward pass --------------------------------------------------------------------
 
 def _keys_before(n: int, kind: str, window: int | None) -> int:
@@ -105,27 +176,19 @@ def _keys_before(n: int, kind: str, window: int | None) -> int:
     return kb(n, kind, window)
 
 
-@functools.lru_cache(maxsize=1 << 12)
-def _kv_token_bytes(model: ModelSpec, kv_dtype: str, tp: int, dp: bool) -> int:
-    from ..kv import kv_bytes_per_token_layer
-
-    return kv_bytes_per_token_layer(model, kv_dtype, tp=tp, dp_attention=dp)
-
-
 def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs: int = 0, context: int = 0,
                 prefill_tokens: int = 0, prefix: int = 0, graph: bool = True) -> list:
     """The ops of one forward pass on the busiest GPU of `dep`'s group: `decode_seqs` sequences
     of the group (at `context` cached tokens, k + 1 tokens each) and a prefill chunk of
     `prefill_tokens` new tokens after `prefix` cached ones (0 for a pure decode step).
     `graph` whether the step runs inside a CUDA graph (the collectives' variant)."""
-    from ..kv import heads_per_gpu, resolve_kv_dtype, state_bytes_per_layer
-    from ..params import expert_and_other_dtypes, recurrent_params_per_layer
-    from ..roofline import attention_flops_per_token_layer
+    from ..kv import resolve_kv_dtype
+    from ..params import expert_and_other_dtypes
     from ..units import weight_bytes
     from .bound import _streamed_weight_bytes, _wdtype, communication_calls
     from .ops import expected_active
 
-    a, h = model.attention, model.hidden_size
+    h = model.hidden_size
     tp = dep.tp
     dp = dep.dp_attention and tp > 1
     k1 = wl.spec_tokens + 1
@@ -138,9 +201,6 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
     expert_dtype, other = expert_and_other_dtypes(model, wdtype)
     block_fp8 = model.quant_method == "fp8" and wdtype == "fp8"
     kv_dtype = resolve_kv_dtype(model, dep.kv_dtype)
-    n_h = heads_per_gpu(a.num_attention_heads, tp, dp)
-    n_kv = heads_per_gpu(a.num_key_value_heads, tp, dp)
-    kv_tok = _kv_token_bytes(model, dep.kv_dtype, tp, dp)
     ops: list = []
     weights_read = 0.0
 
@@ -156,19 +216,23 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
         if nbytes > 0:
             ops.append(Elementwise(name, calls, layer, stream, bytes=float(nbytes)))
 
-    nope, rope, d_v, d_c = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
-    for g in layer_groups(model):
+    for g, att, rec in layer_shapes(model, tp, dp, dep.kv_dtype, dep.state_dtype):
         lab, n = g.label, g.count
         elem("norms", lab, n * model.norms_per_layer, 4 * t_attn * h * ACT)
-        if g.attention:
+        if att is not None:
             calls = n * g.blocks
+            n_h, n_kv, kv_tok = att.heads, att.kv_heads, att.kv_token_bytes
             window = g.window if g.attention in ("sliding", "chunked", "shared") else None
             held = min(context, window) if window else context
-            if a.is_mla:
-                if a.q_lora_rank:
-                    gemm("q_a + kv_a", lab, calls, t_attn, a.q_lora_rank + d_c + rope, h)
-                    gemm("q_b", lab, calls, t_attn, n_h * (nope + rope), a.q_lora_rank)
-                    elem("q_a / kv_a norms", lab, calls, 2 * t_attn * (a.q_lora_rank + d_c) * ACT)
+            kind = g.attention if g.attention in ("sliding", "chunked") else ("sliding" if window else "full")
+            pairs = (_keys_before(prefix + prefill_tokens, kind, window) - _keys_before(prefix, kind, window)
+                     if prefill_tokens else 0)
+            if att.mla:
+                nope, rope, d_v, d_c = att.d_nope, att.d_r, att.d_v, att.d_c
+                if att.q_lora:
+                    gemm("q_a + kv_a", lab, calls, t_attn, att.q_lora + d_c + rope, h)
+                    gemm("q_b", lab, calls, t_attn, n_h * (nope + rope), att.q_lora)
+                    elem("q_a / kv_a norms", lab, calls, 2 * t_attn * (att.q_lora + d_c) * ACT)
                 else:
                     gemm("q", lab, calls, t_attn, n_h * (nope + rope), h)
                     gemm("kv_a", lab, calls, t_attn, d_c + rope, h)
@@ -179,53 +243,43 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                     ops.append(AttentionDecode(
                         "attention", calls, lab, kind="mla_absorbed", batch=b_gpu, context=max(held, 1),
                         num_heads=n_h * k1, num_kv_heads=1, k_dim=d_c + rope, v_dim=d_c, kv_dtype=kv_dtype,
-                        token_bytes=kv_tok, flops_per_token=attention_flops_per_token_layer(model, "absorbed", 1)))
+                        token_bytes=kv_tok, flops_per_token=att.decode_flops))
                     gemm("W_UV (absorbed)", lab, calls, dec_gpu, n_h * d_v, d_c, "bf16")
                 if prefill_tokens:
                     gemm("kv_b", lab, calls, prefill_tokens + prefix, n_h * (nope + d_v), d_c)
-                    kind = g.attention if g.attention != "shared" else ("sliding" if window else "full")
-                    pairs = _keys_before(prefix + prefill_tokens, kind, window) - _keys_before(prefix, kind, window)
                     ops.append(AttentionPrefill(
                         "attention (MHA)", calls, lab, kind="mla_mha", tokens=prefill_tokens, prefix=prefix,
                         num_heads=n_h, num_kv_heads=n_h, k_dim=nope + rope, v_dim=d_v, window=window or 0,
-                        pairs=pairs, flops_per_pair=attention_flops_per_token_layer(model, "expanded", 1)))
+                        pairs=pairs, flops_per_pair=att.prefill_flops))
                 o_in = n_h * d_v
             else:
-                d_h = a.head_dim
+                d_h = att.head_dim
                 gemm("qkv", lab, calls, t_attn, (n_h + 2 * n_kv) * d_h, h)
-                if model.qk_norm:
+                if att.qk_norm:
                     elem("q / k norms", lab, calls, 2 * t_attn * (n_h + n_kv) * d_h * ACT)
                 elem("RoPE", lab, calls, 2 * t_attn * (n_h + n_kv) * d_h * ACT)
-                kind = "sliding" if window else "gqa"
+                op_kind = "sliding" if window else "gqa"
                 if dec_gpu:
                     ops.append(AttentionDecode(
-                        "attention", calls, lab, kind=kind, batch=b_gpu, context=max(held, 1), num_heads=n_h * k1,
+                        "attention", calls, lab, kind=op_kind, batch=b_gpu, context=max(held, 1), num_heads=n_h * k1,
                         num_kv_heads=n_kv, k_dim=d_h, v_dim=d_h, kv_dtype=kv_dtype, window=window or 0,
-                        token_bytes=kv_tok / n_kv, flops_per_token=attention_flops_per_token_layer(model, "absorbed", 1)))
+                        token_bytes=kv_tok / n_kv, flops_per_token=att.decode_flops))
                 if prefill_tokens:
-                    pk = g.attention if g.attention in ("sliding", "chunked") else ("sliding" if window else "full")
-                    pairs = _keys_before(prefix + prefill_tokens, pk, window) - _keys_before(prefix, pk, window)
                     ops.append(AttentionPrefill(
-                        "attention", calls, lab, kind=kind, tokens=prefill_tokens, prefix=prefix, num_heads=n_h,
+                        "attention", calls, lab, kind=op_kind, tokens=prefill_tokens, prefix=prefix, num_heads=n_h,
                         num_kv_heads=n_kv, k_dim=d_h, v_dim=d_h, window=window or 0, pairs=pairs,
-                        flops_per_pair=attention_flops_per_token_layer(model, "absorbed", 1)))
+                        flops_per_pair=att.prefill_flops))
                 o_in = n_h * d_h
             if g.attention != "shared":
                 elem("KV-cache write", lab, calls, 2 * t_attn * kv_tok)
             gemm("o_proj", lab, calls, t_attn, h, o_in)
-        if g.recurrent and model.recurrent is not None:
-            rec = model.recurrent
-            rp = recurrent_params_per_layer(model)
-            gemm("mixer projections", lab, n, t_attn, max(1, rp // h // (1 if dp else tp)), h)
-            heads, groups = rec.split(tp, dp)
-            elements = rec.elements(tp, dp)
-            sb = state_bytes_per_layer(model, dep.state_dtype, tp=tp, dp_attention=dp)
-            flops = 4 * rec.ssm_elements(tp, dp) + 2 * rec.conv_elements(tp, dp)
+        if rec is not None:
+            gemm("mixer projections", lab, n, t_attn, max(1, rec.params // h), h)
             for batch, tokens, name in ((b_gpu, k1, "state update"), (1, prefill_tokens, "scan")):
                 if batch and tokens:
                     ops.append(Recurrent(name, n, lab, kind=rec.kind, batch=batch, tokens=tokens,
-                                         state_elements=elements, state_bytes=sb / max(elements, 1),
-                                         flops_per_token=flops, num_heads=heads, num_groups=groups,
+                                         state_elements=rec.elements, state_bytes=rec.state_bytes / max(rec.elements, 1),
+                                         flops_per_token=rec.flops, num_heads=rec.heads, num_groups=rec.groups,
                                          head_dim=rec.head_dim, state_size=rec.state_size))
         if g.mlp == "dense" or (g.mlp == "moe" and model.extra_dense_mlps):
             width = -(-model.intermediate_size // tp)
