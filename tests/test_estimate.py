@@ -262,6 +262,12 @@ def test_plan_text_leads_with_the_estimate():
     assert first_cmd.startswith("TensorRT-LLM:")
 
 
+def test_asking_for_tables_a_gpu_lacks_is_one_line():
+    with pytest.raises(MLAError, match="aiconfigurator"):
+        search(load_model("llama-3.1-8b"), load_gpu("mi300x"), num_gpus=1, workload=Workload(512, 64),
+               kernel_tables="aiconfigurator")
+
+
 def test_plan_bad_engine_and_profile_exit_2_with_one_line(tmp_path):
     r = run(*DONE_WHEN, "--engine", "tgi")
     assert r.returncode == 2

@@ -351,6 +351,14 @@ def kernel_tables(gpu: GPU, backend: str, *, use: str = "auto", profile=None) ->
             _profiles[key] = ProfileTable(profile)
     elif use == "profile":
         raise MLAError("kernel tables 'profile' need a profile (a bench --profile run or its JSON file)")
+    if use == "aiconfigurator":
+        from .aic import AIC_SYSTEMS, aic_installed, aic_table
+
+        if aic_table(gpu.id, backend) is None:
+            why = ("aiconfigurator-core is not installed (pip install 'mla-explorer[aic]')" if not aic_installed()
+                   else f"aiconfigurator-core has no measured tables for GPU {gpu.id} (it has: "
+                        f"{', '.join(AIC_SYSTEMS)})")
+            raise MLAError(f"kernel tables 'aiconfigurator': {why}")
     return _chain(gpu.id, backend, "uncalibrated" if use in ("uncalibrated", "profile") else use, key)
 
 
