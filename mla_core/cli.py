@@ -263,7 +263,9 @@ def cmd_plan(args) -> dict:
                   link_bandwidth_Bps=link, block_size=args.block_size,
                   tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
                   ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype,
-                  ssm_state_dtype=args.ssm_state_dtype)
+                  ssm_state_dtype=args.ssm_state_dtype,
+                  engine=None if args.bound_only else args.engine, kernel_tables=args.kernel_tables,
+                  profile=args.profile, cross_check=args.cross_check and not args.bound_only)
     out = plan.to_dict()
     if any(getattr(args, name) is not None for name in TRAFFIC_FLAGS):
         out["traffic"] = _plan_traffic(args, model, gpu, plan, link)
@@ -434,6 +436,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         t.add_argument("--max-num-batched-tokens", type=_int_arg("--max-num-batched-tokens"),
                        help="engine: tokens a step, chunked prefill (default vLLM's: 8192 on >= 70 GiB GPUs, else 2048)")
         t.add_argument("--seed", type=_int_arg("--seed", minimum=0), help="random seed (default 0)")
+        from .serving.engines import ENGINES
+        from .serving.tables import TABLE_SOURCES
+
+        p.add_argument("--engine", choices=ENGINES, default="vllm",
+                       help="the engine whose kernel tables, step overheads and CUDA-graph rules the estimate "
+                            "follows, and whose launch command comes first (default vllm)")
+        p.add_argument("--kernel-tables", choices=TABLE_SOURCES, default="auto",
+                       help="where op times come from: auto (your --profile, then aiconfigurator-core's measured "
+                            "tables when installed, then the uncalibrated model), or one of them")
+        p.add_argument("--profile", metavar="FILE",
+                       help="your own kernel profile (a JSON file of `bench --profile`'s shape): first in precedence")
+        p.add_argument("--cross-check", action="store_true",
+                       help="also run aiconfigurator-core's own engine at the best point (needs the aic extra; "
+                            "about 2 s more)")
+        p.add_argument("--bound-only", action="store_true", help="bounds only: no estimate")
 
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
                  "`bench --help`); `bench collectives` under torchrun; `bench import FILE` for vLLM / SGLang "
@@ -577,7 +594,8 @@ def render_table(command: str, result: dict) -> str:
 
 
 def render_plan(r: dict) -> str:
-    """The plan as a table: the best point, its cost and the two launch commands."""
+    """The plan as text: the estimate first with the bound beside it, where the time goes, the
+    best point, its cost and the launch commands (the engine's first)."""
     from .units import format_seconds, format_token_rate
 
     best = r["best"]
@@ -591,14 +609,50 @@ def render_plan(r: dict) -> str:
     def usd(v):
         return "n/a (give --usd-per-gpu-hour)" if v is None else f"${v:,.4f}"
 
+    est = r.get("estimate")
+    if est:
+        b = est["bound"]
+        from .serving.engines import engine_rules
+
+        lines.append(f"estimate for {engine_rules(r['engine']).label}, confidence {est['confidence']}, "
+                     "the bound beside it:")
+        lines.append(f"  source: {est['source']}")
+        rows = [
+            ("TTFT", format_seconds(est["ttft_s"]), f"bound {format_seconds(b['ttft_s'])}"),
+            ("TPOT", format_seconds(est["tpot_s"]), f"bound {format_seconds(b['tpot_s'])}, {b['bound']} bound"),
+            ("tokens/s per user", f"{est['tokens_per_s_per_user']:,.1f}", f"bound {b['tokens_per_s_per_user']:,.1f}"),
+            ("tokens/s per GPU (decode)", f"{est['tokens_per_s_per_gpu']:,.1f}", f"bound {b['tokens_per_s_per_gpu']:,.1f}"),
+            ("output tokens/s per GPU", f"{est['output_tokens_per_s_per_gpu']:,.1f}", "whole requests, prefill included"),
+        ]
+        w0, w1 = max(len(x[0]) for x in rows), max(len(x[1]) for x in rows)
+        lines += [f"  {k.ljust(w0)}  {v.rjust(w1)}   ({c})" for k, v, c in rows]
+        for label, steps in (("decode step", [est["decode_step"]]), ("prefill", est["prefill"])):
+            total = sum(s["time_s"] for s in steps)
+            by: dict = {}
+            for s in steps:
+                for k, v in s["by_class_s"].items():
+                    by[k] = by.get(k, 0.0) + v
+            parts = ", ".join(f"{k} {format_seconds(v)}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
+            graph = "CUDA graph" if steps[0]["captured"] else "eager"
+            lines.append(f"  {label} {format_seconds(total)} ({graph}; overhead "
+                         f"{format_seconds(sum(s['overhead_s'] for s in steps))}): {parts}")
+        cc = r.get("cross_check")
+        if cc:
+            if cc.get("available"):
+                lines.append(f"  aiconfigurator-core's own engine ({cc['system']}/{cc['backend']} {cc['version']}): "
+                             f"TPOT {format_seconds(cc['tpot_s'])}, TTFT {format_seconds(cc['ttft_s'])}")
+            else:
+                lines.append(f"  aiconfigurator-core cross-check: {cc['reason']}")
+        lines.append("")
     rows = [
         ("best split", f"{best['split']} at batch {best['batch']:,} (memory cap {best['max_batch']:,})"
                        + ("" if best["fits"] else "  (DOES NOT FIT in memory)")),
         ("TTFT (lower bound)", f"{format_seconds(best['ttft_s'])}, {best['prefill_bound']} bound"),
         ("TPOT (lower bound)", f"{format_seconds(best['tpot_s'])}, {best['bound']} bound "
                                f"(serial: {format_seconds(best['tpot_serial_s'])})"),
-        ("tokens/s per user", f"{best['tokens_per_s_per_user']:,.1f}"),
-        ("tokens/s per GPU", f"{best['tokens_per_s_per_gpu']:,.1f} (deployment {format_token_rate(best['tokens_per_s'])})"),
+        ("tokens/s per user (bound)", f"{best['tokens_per_s_per_user']:,.1f}"),
+        ("tokens/s per GPU (bound)",
+         f"{best['tokens_per_s_per_gpu']:,.1f} (deployment {format_token_rate(best['tokens_per_s'])})"),
         ("whole step intensity", f"{best['step_intensity_flop_per_byte']:.1f} flop/B"),
         ("$ per million output tokens", usd(best["usd_per_million_output_tokens"])),
         ("$ per million input tokens", usd(best["usd_per_million_input_tokens"])),
@@ -606,7 +660,11 @@ def render_plan(r: dict) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
-    lines += ["", "vLLM:   " + (r["vllm_command"] or "n/a"), "SGLang: " + (r["sglang_command"] or "n/a")]
+    commands = [("vllm", "vLLM:         "), ("sglang", "SGLang:       "), ("trtllm", "TensorRT-LLM: ")]
+    first = r.get("engine") or "vllm"
+    commands.sort(key=lambda c: c[0] != first)
+    lines.append("")
+    lines += [label + (r.get(f"{key}_command") or "n/a") for key, label in commands]
     lines += [f"note: {n}" for n in r["notes"]]
     if r.get("traffic"):
         lines += [""] + render_traffic(r["traffic"])

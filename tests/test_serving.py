@@ -146,9 +146,15 @@ def test_search_best_meets_the_slos_and_is_on_the_frontier(plan16):
     assert best.ttft_s <= 2.0 and best.tpot_s <= 0.050
     assert best.batch <= best.max_batch
     ok = [p for p in plan16.points if p.meets_slo and p.fits]
-    assert best.tokens_per_s_per_gpu == max(p.tokens_per_s_per_gpu for p in ok)
-    # nothing on the Pareto set is beaten on both axes by any feasible point
+    # the search ranks by the estimate (issue 18): the best has the most estimated tokens/s per GPU
+    assert best.estimate.tokens_per_s_per_gpu == max(p.estimate.tokens_per_s_per_gpu for p in ok)
+    assert best.estimate.ttft_s <= 2.0 and best.estimate.tpot_s <= 0.050
+    # nothing on either Pareto set is beaten on both of its axes by any feasible point
     for f in plan16.pareto:
+        assert not any(p.estimate.tokens_per_s_per_user > f.estimate.tokens_per_s_per_user and
+                       p.estimate.tokens_per_s_per_gpu > f.estimate.tokens_per_s_per_gpu
+                       for p in plan16.points if p.fits)
+    for f in plan16.bound_pareto:
         assert not any(p.tokens_per_s_per_user > f.tokens_per_s_per_user and
                        p.tokens_per_s_per_gpu > f.tokens_per_s_per_gpu for p in plan16.points if p.fits)
     assert plan16.vllm_command and plan16.sglang_command

@@ -16,6 +16,10 @@ Each flag is spelled as the engine's own argument parser spells it. Checked agai
           --mamba-ssm-dtype (float32, bfloat16, float16: the SSM state only).
   vLLM    --mamba-cache-dtype (vllm/config/cache.py MambaDType: auto, float32, float16, bfloat16 in
           the late-2025 releases; conv and SSM state together).
+  TensorRT-LLM  `trtllm-serve MODEL` (docs: commands/trtllm-serve, 1.x): --backend pytorch, --tp_size,
+          --ep_size, --max_batch_size, --max_num_tokens, --max_seq_len, --trust_remote_code;
+          attention DP and the KV dtype are LLM-API options (enable_attention_dp,
+          kv_cache_config.dtype) given in a --config YAML, so the command says so in a note.
 A command is built with shlex.join, so it parses back (shlex.split) into the same arguments.
 A setting an engine cannot express (a KV dtype it lacks) gives None and a note, not a guess.
 """
@@ -62,11 +66,11 @@ def _engine_kv_dtype(model: ModelSpec, kv_dtype: str, table: dict) -> str | None
 
 
 def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None = None) -> dict:
-    """The vLLM and SGLang commands that start `point` (a `serving.Point`) of deployment `dep`.
+    """The vLLM, SGLang and TensorRT-LLM commands that start `point` (a `serving.Point`) of `dep`.
 
     The commands start one replica (a group of `tp` GPUs); a group spanning nodes gets the first
     node's command with `HEAD_NODE_IP` to fill in. Returns `vllm_command`, `sglang_command` (str or
-    None), `replicas`, `nodes_per_replica`, `max_model_len`, `max_running_requests_per_engine`
+    None), `trtllm_command`, `replicas`, `nodes_per_replica`, `max_model_len`, `max_running_requests_per_engine`
     and `notes` (tuple of str: what to do on the other nodes, what an engine cannot express)."""
     from ..capacity import default_block_size
 
@@ -161,6 +165,23 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
             sgl += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", f"{HEAD_ADDRESS}:{SGLANG_INIT_PORT}"]
             notes.append(f"SGLang, {others}: the same command with --node-rank NODE_RANK")
         sgl.append("--trust-remote-code")
+    # TensorRT-LLM (PyTorch backend)
+    trt = ["trtllm-serve", path, "--backend", "pytorch", "--tp_size", str(tp)]
+    if ep > 1:
+        trt += ["--ep_size", str(ep)]
+    trt += ["--max_batch_size", str(per_replica), "--max_seq_len", str(max_len), "--trust_remote_code"]
+    extra = []
+    if dp:
+        extra.append("enable_attention_dp: true")
+    from ..kv import resolve_kv_dtype
+
+    kv = resolve_kv_dtype(model, dep.kv_dtype)
+    if dep.kv_dtype != "auto" and kv != model.torch_dtype:
+        extra.append(f"kv_cache_config: {{dtype: {'fp8' if kv.startswith('fp8') else kv}}}")
+    if extra:
+        notes.append("TensorRT-LLM: put " + "; ".join(extra) + " in a YAML file given with --config")
+    if nodes > 1:
+        notes.append(f"TensorRT-LLM: a group over {nodes} nodes starts with mpirun / srun (one rank a GPU)")
     if nodes > 1:
         notes.append(f"replace {HEAD_ADDRESS} with the first node's address")
     notes.append("SGLang's --mem-fraction-static counts weights and KV like vLLM's --gpu-memory-utilization; "
@@ -168,6 +189,7 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
     return {
         "vllm_command": shlex.join(vllm) if vllm else None,
         "sglang_command": shlex.join(sgl) if sgl else None,
+        "trtllm_command": shlex.join(trt),
         "replicas": point.replicas,
         "nodes_per_replica": nodes,
         "max_model_len": max_len,
