@@ -275,3 +275,17 @@ def test_missing_fields_of_other_layouts_name_the_field_and_the_layout(tmp_path)
     out = _cli("kv", "--config", str(path), "--context", "1024")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert "sliding_window" in out.stderr
+
+
+def test_the_kv_page_shows_v4_pro_against_v32_at_1m():
+    from tests.apptest_util import metric, no_exceptions, run_page
+    from mla_core.units import format_bytes
+
+    at = run_page("pages/kv_cache.py", model="deepseek-v4-pro", kv_model2="deepseek-v3.2-exp", context="1048576",
+                  kv_dtype="fp8_ds_mla")
+    no_exceptions(at)
+    v4 = kv_report(load_model("deepseek-v4-pro"), M, kv_dtype="fp8_ds_mla")
+    v32 = kv_report(load_model("deepseek-v3.2-exp"), M, kv_dtype="fp8_ds_mla")
+    assert metric(at, "Per sequence") == format_bytes(v4.kv_cache_bytes_per_sequence) == format_bytes(5_783_720_960)
+    assert metric(at, "Per sequence, second model") == format_bytes(v32.kv_cache_bytes_per_sequence)
+    assert metric(at, "State, one sequence") == format_bytes(18_710_528)
