@@ -215,6 +215,14 @@ class CacheSpec:
         """Query heads of its attention on one GPU (0 without attention)."""
         return 0
 
+    def op_shape(self, model, p: Precision, tp: int = 1, dp_attention: bool = False) -> dict:
+        """The shape the estimate's attention ops take on one GPU (serving/step.py AttentionShape's
+        fields): `mla` (a latent cache), query `heads` and `kv_heads` on the GPU, `head_dim` (K) and
+        `v_dim`, the latent's `d_c`, `d_r`, `d_nope`, `d_v`, `q_lora`, `qk_norm`, `kv_token_bytes`
+        one cached entry on the GPU, `decode_flops` per query head per entry (absorbed) and
+        `prefill_flops` per head per pair. Only kinds that attend have one."""
+        raise NotImplementedError(f"{type(self).__name__} has no attention")
+
     def projection_params(self, model) -> int:
         """Parameters of its attention block (projections, their biases and norms, its indexer),
         for `model`'s hidden size and flags (`spec.ModelSpec`); 0 without attention."""
@@ -315,8 +323,16 @@ class FullAttention(CacheSpec):
     def attention_heads(self, tp=1, dp_attention=False):
         return heads_per_gpu(self.num_heads, tp, dp_attention)
 
-    def flops_per_key(self, tp: int = 1, dp_attention: bool = False) -> int:
-        """QK^T and PV: h (2 d_k + 2 d_v) a cached token, h query heads on the GPU (+ the indexer)."""
+    def op_shape(self, model, p, tp=1, dp_attention=False):
+        per_head = self.flops_per_key() // self.num_heads
+        return dict(mla=False, heads=self.attention_heads(tp, dp_attention),
+                    kv_heads=heads_per_gpu(self.num_kv_heads, tp, dp_attention), head_dim=self.k_dim, d_c=0, d_r=0,
+                    d_nope=0, d_v=0, q_lora=0, qk_norm=model.qk_norm, kv_token_bytes=self.entry_bytes(p, tp, dp_attention),
+                    decode_flops=per_head, prefill_flops=per_head, v_dim=self.v_dim)
+
+    def flops_per_key(self, tp: int = 1, dp_attention: bool = False, mla_path: str = "absorbed") -> int:
+        """QK^T and PV: h (2 d_k + 2 d_v) a cached token, h query heads on the GPU (+ the indexer);
+        `mla_path` does not apply."""
         h = self.attention_heads(tp, dp_attention)
         return h * (2 * self.k_dim + 2 * self.v_dim) + (self.indexer.flops_per_entry() if self.indexer else 0)
 
@@ -471,6 +487,15 @@ class MLAttention(CacheSpec):
     def attention_heads(self, tp=1, dp_attention=False):
         return heads_per_gpu(self.num_heads, tp, dp_attention)
 
+    def op_shape(self, model, p, tp=1, dp_attention=False):
+        n = self.num_heads
+        return dict(mla=True, heads=self.attention_heads(tp, dp_attention), kv_heads=1, head_dim=self.qk_nope_head_dim,
+                    d_c=self.kv_lora_rank, d_r=self.qk_rope_head_dim, d_nope=self.qk_nope_head_dim, d_v=self.v_head_dim,
+                    q_lora=model.attention.q_lora_rank or 0, qk_norm=model.qk_norm,
+                    kv_token_bytes=self.entry_bytes(p, tp, dp_attention),
+                    decode_flops=self.flops_per_key(1, False, "absorbed") // n,
+                    prefill_flops=self.flops_per_key(1, False, "expanded") // n, v_dim=self.v_head_dim)
+
     def flops_per_key(self, tp: int = 1, dp_attention: bool = False, mla_path: str = "absorbed") -> int:
         """Per cached token, h query heads on the GPU (docs/model.md "Decode step roofline"):
         absorbed h (2 (d_c + d_r) + 2 d_c); expanded h (2 (d_nope + d_r) + 2 d_v); recompute the
@@ -617,7 +642,16 @@ class CompressedMLA(CacheSpec):
     def attention_heads(self, tp=1, dp_attention=False):
         return heads_per_gpu(self.num_heads, tp, dp_attention)
 
-    def flops_per_key(self, tp: int = 1, dp_attention: bool = False) -> int:
+    def op_shape(self, model, p, tp=1, dp_attention=False):
+        # The projections are costed as MLA's (q through the query latent, one latent of d a token).
+        d_c = self.head_dim - self.qk_rope_head_dim
+        per_head = self.flops_per_key() // self.num_heads
+        return dict(mla=True, heads=self.attention_heads(tp, dp_attention), kv_heads=1, head_dim=d_c, d_c=d_c,
+                    d_r=self.qk_rope_head_dim, d_nope=d_c, d_v=self.head_dim, q_lora=self.q_lora_rank, qk_norm=False,
+                    kv_token_bytes=self.entry_bytes(p), decode_flops=per_head, prefill_flops=per_head,
+                    v_dim=self.head_dim)
+
+    def flops_per_key(self, tp: int = 1, dp_attention: bool = False, mla_path: str = "absorbed") -> int:
         """h (2 d + 2 d) per entry attended: the scores and the output on the shared latent."""
         return self.attention_heads(tp, dp_attention) * 4 * self.head_dim
 
@@ -705,6 +739,9 @@ class SharedKV(CacheSpec):
 
     def attention_heads(self, tp=1, dp_attention=False):
         return self.source.attention_heads(tp, dp_attention)
+
+    def op_shape(self, model, p, tp=1, dp_attention=False):
+        return {**self.source.op_shape(model, p, tp, dp_attention), "kv_token_bytes": 0}  # it holds nothing
 
     def projection_params(self, model) -> int:
         return self.source.projection_params(model)  # its own q, k, v, o (only the cache is shared)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 from .errors import MLAError
 from .hardware import GPU
 from .kv import heads_per_gpu, kv_cache_bytes, resolve_state_dtype, state_bytes_per_sequence
-from .layers import MLA_PATHS, MLAttention, full_attention_layer
+from .layers import MLA_PATHS, full_attention_layer
 from .params import (active_params_per_token, experts_touched, params_streamed_per_step, params_total,
                      routed_params_streamed_per_step, weights_bytes)
 from .results import Result
@@ -50,9 +50,7 @@ def attention_flops_per_token_layer(model: ModelSpec, mla_path: str = "absorbed"
     check_choice("mla_path", mla_path, MLA_PATHS)
     cache = full_attention_layer(model.attention).caches[0]
     tp = model.attention.num_attention_heads // heads if heads else 1
-    if isinstance(cache, MLAttention):
-        return cache.flops_per_key(tp, False, mla_path)
-    return cache.flops_per_key(tp, False)
+    return cache.flops_per_key(tp, False, mla_path)
 
 
 def decode_attention(

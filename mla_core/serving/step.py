@@ -145,28 +145,8 @@ class RecurrentShape:
 
 
 def _attention_shape(model: ModelSpec, cache, p, tp: int, dp: bool) -> AttentionShape:
-    """The op shape of one attention cache on one GPU, from the cache kind's own fields and methods."""
-    from ..layers import CompressedMLA, MLAttention, SharedKV, heads_per_gpu
-
-    src = cache.source if isinstance(cache, SharedKV) else cache
-    heads = src.attention_heads(tp, dp)
-    per_head = max(1, src.attention_heads(1, False))
-    token_bytes = src.bytes_per_token(p, tp, dp) if src.holds_kv else 0
-    q_lora = model.attention.q_lora_rank or 0
-    if isinstance(src, MLAttention):
-        return AttentionShape(True, heads, 1, src.qk_nope_head_dim, src.kv_lora_rank, src.qk_rope_head_dim,
-                              src.qk_nope_head_dim, src.v_head_dim, q_lora, model.qk_norm, token_bytes,
-                              src.flops_per_key(1, False, "absorbed") // per_head,
-                              src.flops_per_key(1, False, "expanded") // per_head, src.v_head_dim)
-    if isinstance(src, CompressedMLA):  # projections costed as MLA's, the latent its own K and V
-        d_c = src.head_dim - src.qk_rope_head_dim
-        return AttentionShape(True, heads, 1, d_c, d_c, src.qk_rope_head_dim, d_c, src.head_dim, src.q_lora_rank,
-                              False, token_bytes if not src.compress_ratio else src.entry_bytes(p),
-                              src.flops_per_key(1, False) // per_head, src.flops_per_key(1, False) // per_head,
-                              src.head_dim)
-    return AttentionShape(False, heads, heads_per_gpu(src.num_kv_heads, tp, dp), src.k_dim, 0, 0, 0, 0, 0,
-                          model.qk_norm, token_bytes, src.flops_per_key(1, False) // per_head,
-                          src.flops_per_key(1, False) // per_head, src.v_dim)
+    """The op shape of one attention cache on one GPU: the cache kind's own `op_shape`."""
+    return AttentionShape(**cache.op_shape(model, p, tp, dp))
 
 
 @functools.lru_cache(maxsize=1 << 10)
