@@ -32,6 +32,7 @@ import functools
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..layers import held_tokens
 from ..spec import ModelSpec
 from .engines import EAGER_LAUNCH_S, EngineRules
 from .inputs import Deployment, Workload
@@ -222,7 +223,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
             n_h, n_kv, kv_tok = att.heads, att.kv_heads, att.kv_token_bytes
             window = getattr(c, "window", None) or getattr(c, "chunk", None)
             # entries the step reads (the cache kind's own rule: windows, chunks, compressed latents)
-            held = c.tokens_held(context) if c.holds_kv else min(context, window or context)
+            held = c.tokens_held(context) if c.holds_kv else held_tokens(context, window)
             pairs = c.prefill_pairs(prefix + prefill_tokens, prefill_tokens) if prefill_tokens else 0
             if att.mla:
                 nope, rope, d_v, d_c = att.d_nope, att.d_r, att.d_v, att.d_c
