@@ -359,8 +359,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--link-gbps", type=_real_arg("--link-gbps"),
                        help="measured collective bus bandwidth, GB/s (replaces NVLink and network figures)")
         p.add_argument("--link-from-run", type=_int_arg("--link-from-run"), metavar="ID",
-                       help="take the link bandwidth from a stored collectives run (`bench history`): "
-                            "its all_reduce bus bandwidth at the largest size")
+                       help="take the link bandwidth from a stored collectives run (its id: "
+                            "`bench history --kind collectives` lists them): its all_reduce bus bandwidth at the "
+                            "largest size")
         p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
                        help="default: fp8 for fp8 checkpoints, else torch_dtype")
         p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
@@ -368,7 +369,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
                  "`bench --help`); `bench collectives` under torchrun; `bench import FILE` for vLLM / SGLang "
-                 "results", None, add_help=False)
+                 "results; `bench history` lists the saved runs", None, add_help=False)
 
     p = add("presets", "list model and GPU presets", cmd_presets)
     if p:

@@ -1,5 +1,5 @@
 """The benchmark page (pages/benchmark.py), its run registry (ui/bench_runs.py) and the core
-functions it shows (mla_core/bench/report.py).
+functions it shows (mla_core/store/report.py).
 
 One test runs a real, tiny CPU benchmark through the page (about half a second); the others use
 the committed sample (data/samples), hand-made results, or a stand-in for `run_benchmark`.
@@ -20,10 +20,10 @@ import time
 import pytest
 
 from apptest_util import ROOT, no_exceptions, run_page
-from mla_core.bench import history, report
-from mla_core.bench.config import MEMORY_HEADROOM
-from mla_core.bench.errors import BenchBusy, BenchCancelled
-from mla_core.bench.schema import validate_result
+from mla_core.store import history, report
+from mla_core.bench.config import MEMORY_HEADROOM, memory_check
+from mla_core.store.errors import BenchBusy, BenchCancelled
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 from mla_core.hardware import custom_gpu
 from mla_core.roofline import attainable_flops
@@ -127,7 +127,7 @@ def test_first_render_shows_the_committed_sample(sample, store):
     assert not at.error, _texts(at.error)
     assert at.session_state["_bench_show"] == f"sample:{SAMPLE}"
     _shows(at, sample)
-    # The ridge metric and the model accuracy come from mla_core.bench.report.
+    # The ridge metric and the model accuracy come from mla_core.store.report.
     cs = report.ceiling_summary(sample)
     assert _metric(at, "Ridge point (measured)") == format_intensity(cs["ridge_flop_per_byte"])
     # A roofline and a predicted-vs-measured chart before any run (the browser test needs one).
@@ -315,7 +315,7 @@ def test_a_tiny_cpu_run_end_to_end_is_saved_and_shown():
     at.switch_page("pages/roofline.py").run()
     no_exceptions(at)
     names = [t.get("name", "") for f in _figures(at) for t in f["data"]]
-    from mla_core.bench.disturbance import is_disturbed
+    from mla_core.store.disturbance import is_disturbed
 
     mark = " (disturbed)" if is_disturbed(stored) else ""  # a busy machine (CI) may disturb the run
     assert f"measured: {measured.device_name(stored)}{mark}" in names
@@ -460,7 +460,7 @@ def test_registry_allows_one_job_per_session_and_bounds_the_queue(fake_run, monk
     assert done.state == "done" and done.run_id is not None and reg.take("a") is None
 
 
-# --- mla_core.bench.report ------------------------------------------------------------------------------------------
+# --- mla_core.store.report ------------------------------------------------------------------------------------------
 
 def test_model_accuracy_is_the_share_of_the_binding_ceiling(sample):
     rows = report.kernel_rows(sample)
@@ -512,9 +512,9 @@ def test_compare_rows_by_kernel_and_by_shape(sample):
 
 
 def test_memory_check_progress_and_gqa_choices():
-    assert report.memory_check(80, 100) == {"limit_bytes": 80, "fits": True, "share": 0.8, "headroom": 0.8}
-    assert not report.memory_check(81, 100)["fits"]
-    assert report.memory_check(10**15, None)["fits"]
+    assert memory_check(80, 100) == {"limit_bytes": 80, "fits": True, "share": 0.8, "headroom": 0.8}
+    assert not memory_check(81, 100)["fits"]
+    assert memory_check(10**15, None)["fits"]
     assert report.progress_fraction(3, 8) == 3 / 8 and report.progress_fraction(9, 8) == 1.0
     assert report.progress_fraction(0, 0) == 0.0
     assert report.gqa_group_choices(16) == [1, 2, 4, 8, 16] and report.gqa_group_choices(1) == [1]

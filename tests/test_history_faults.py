@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from mla_core.bench import disturbance, history, runlock
-from mla_core.bench.errors import BenchBusy, BenchError
+from mla_core.store import disturbance, history, runlock
+from mla_core.store.errors import BenchBusy, BenchError
 from test_bench_history import ROOT, make_result
 
 
@@ -195,7 +195,7 @@ def test_the_moved_aside_notice_is_kept_for_every_session_until_acknowledged(sto
     with pytest.warns(history.HistoryWarning):
         assert history.list_runs() == []  # the first session moves it aside
     history.pop_notices()  # that session's own in-process copy is gone
-    code = "from mla_core.bench import history; print([n['text'] for n in history.notices()])"
+    code = "from mla_core.store import history; print([n['text'] for n in history.notices()])"
     for _ in range(3):  # three more sessions, in other processes, each are told
         assert "moved it to" in _other_process(code, store)
     [notice] = history.notices()
@@ -242,7 +242,7 @@ def test_a_finished_or_failed_run_is_not_reported_as_interrupted(store):
 def test_a_second_run_is_refused_or_waits_while_another_process_holds_the_lock(store):
     code = """
         import sys, time
-        from mla_core.bench import runlock
+        from mla_core.store import runlock
         with runlock.machine_lock(source="cli"):
             print("held", flush=True)
             time.sleep(float(sys.argv[1]))

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from mla_core.bench import history
-from mla_core.bench.schema import validate_result
+from mla_core.store import history
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 
 from . import bench_runs, measured

@@ -1,10 +1,10 @@
-"""The benchmark page's comparison of devices: runs side by side per kernel (mla_core.bench.report)."""
+"""The benchmark page's comparison of devices: runs side by side per kernel (mla_core.store.report)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from mla_core.bench import report
+from mla_core.store import report
 from mla_core.errors import MLAError
 from mla_core.units import format_rate, format_seconds
 

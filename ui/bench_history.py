@@ -1,11 +1,11 @@
-"""The benchmark page's import section and history (SQLite, mla_core.bench.history): import a
+"""The benchmark page's import section and history (SQLite, mla_core.store.history): import a
 result JSON, select, show, compare, export and delete runs."""
 from __future__ import annotations
 
 import streamlit as st
 
-from mla_core.bench import history
-from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
+from mla_core.store import history
+from mla_core.store.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 
 from . import measured
@@ -50,7 +50,7 @@ def import_result(present: bool) -> None:
                       max_chars=200)
         st.caption(f"No H200 measurement is committed yet: `bash {H200_SCRIPT}` on an H200 writes one "
                    "(out/h200-bench-<time>.json, checked against the schema); import it here to set it beside this "
-                   "machine. Files are checked against mla_core/bench/result.schema.json: at most 1 MiB, no negative, "
+                   "machine. Files are checked against mla_core/store/result.schema.json: at most 1 MiB, no negative, "
                    "zero or non-finite times.")
     flush("import")
 

@@ -7,8 +7,8 @@ import os
 
 import streamlit as st
 
-from mla_core.bench import report, runlock
-from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS, MAX_REPS
+from mla_core.store import report, runlock
+from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS, MAX_REPS, memory_check
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_seconds
 
@@ -90,7 +90,7 @@ def _plan():
     cfg = bench_run.resolve_config(_widget_config())
     est = bench_run.estimate_bytes(cfg)
     free = bench_device.device_info(cfg.device, cfg.dtype)["free_memory_bytes"]
-    return cfg, est, free, report.memory_check(est, free)
+    return cfg, est, free, memory_check(est, free)
 
 
 def _start(reg, owner: str) -> None:

@@ -1,6 +1,6 @@
 """Benchmark page section: imported engine runs (vLLM, SGLang) against the serving model.
 
-Importing is `mla_core.bench.engines.load_engine_file` + `history.save_run`; every figure drawn
+Importing is `mla_core.store.engines.load_engine_file` + `history.save_run`; every figure drawn
 comes from `engines.compare(run)` (measured, predicted, error in percent, the bound flag). No
 arithmetic here. The measured link bandwidth chosen in the collectives section
 (`ui.collectives.LINK_KEY`) feeds the comparison's communication terms when it is set.
@@ -12,8 +12,8 @@ import os
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
-from mla_core.bench import engines, history
-from mla_core.bench.schema import validate_result
+from mla_core.store import engines, history
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import format_seconds

@@ -316,7 +316,7 @@ def load_engine_file(raw, name: str = "engine result", *, fmt: str = "auto", mod
         notes.append("served under a scheduler: TTFT includes queueing behind other requests, and the batch is the "
                      "concurrency limit (or the measured concurrency), not a fixed decode batch")
     return {
-        "schema_version": 1, "kind": "engine", "tool": "mla_core.bench.engines", "created": created,
+        "schema_version": 1, "kind": "engine", "tool": "mla_core.store.engines", "created": created,
         "engine": ENGINE_OF[fmt], "format": fmt, "source_name": str(name)[:200], "source_sha256": digest,
         "engine_date": str(first.get("date"))[:40] if first.get("date") else None,
         "engine_model": str(first.get("model_id"))[:200] if first.get("model_id") else None,
@@ -589,10 +589,10 @@ def main(argv: list[str] | None = None) -> int:
 
         result = validate_result(result, kind="engine")
         if args.out:
-            from .cli import _check_out, _write_json
+            from .files import check_out, write_json
 
-            _check_out(args.out)
-            _write_json(args.out, result)
+            check_out(args.out)
+            write_json(args.out, result)
         run_id = None
         if not args.no_save:
             from . import history

@@ -7,7 +7,7 @@ Tables:
     runs     id, saved_at (UTC ISO 8601), created (the result's), source ('local' | 'import'),
              label, device_kind, device_name, torch_version, dtype, n_results, sha256 of the
              JSON, json (the whole validated result), disturbed (1 / 0 / NULL = not known),
-             disturbed_reasons (JSON list of one-line reasons; mla_core.bench.disturbance)
+             disturbed_reasons (JSON list of one-line reasons; mla_core.store.disturbance)
     results  run_id -> runs.id (ON DELETE CASCADE), idx, and the flat fields the page charts
              and export_csv writes (kernel, dtype, batch, context, heads, kv_heads, median_s, ...)
     notices  id, created, kind, text, acknowledged: what every session must be told until
@@ -61,8 +61,9 @@ import urllib.parse
 import warnings
 
 from .errors import BenchError
+from .paths import ENV_VAR, default_path
 from .runlock import pid_alive
-from .schema import validate_result
+from .schema import PROFILE_OPS, validate_result
 
 
 class StoreFull(BenchError):
@@ -72,7 +73,6 @@ class StoreFull(BenchError):
 class StoreReadOnly(BenchError):
     """The store can be read but not written."""
 
-ENV_VAR = "MLA_EXPLORER_HISTORY"
 BUSY_TIMEOUT_S = 10.0
 MAX_LABEL = 200
 SOURCES = ("local", "import")
@@ -161,15 +161,6 @@ _notices_lock = threading.Lock()
 
 class HistoryWarning(UserWarning):
     """A history database was found corrupt and moved aside."""
-
-
-def default_path() -> str:
-    """MLA_EXPLORER_HISTORY, else <repo>/var/history.sqlite3."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "var", "history.sqlite3")
 
 
 def pop_notices() -> list[str]:
@@ -535,7 +526,7 @@ def _flat(result: dict) -> list[tuple]:
         return [(i, r["op"], r["dtype"], None, None, None, None, r["median_s"], r["min_s"], r.get("reps"), r["bytes"],
                  0, r["busbw_GBps"], None, None, None, None) for i, r in enumerate(result["results"])]
     if kind != "kernels":
-        return []  # engine runs: the whole result is in runs.json
+        return []  # engine runs and profiles: the whole result is in runs.json
     rows = []
     for i, r in enumerate(result["results"]):
         s = r["shape"]
@@ -549,7 +540,7 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
     """Validate `result` (dict, or JSON text/bytes for an import) and store it; returns its id.
 
     One transaction: the run row and its result rows land together. Its `disturbed` block
-    (mla_core.bench.disturbance), if any, is kept in the disturbed columns. Raises InvalidResult
+    (mla_core.store.disturbance), if any, is kept in the disturbed columns. Raises InvalidResult
     for a result that fails the schema, BenchError for a bad source or label, StoreFull on a full
     disk, StoreReadOnly on a store that cannot be written (nothing is saved in either case)."""
     if source not in SOURCES:
@@ -574,8 +565,7 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
                 "INSERT INTO runs (saved_at, created, source, label, device_kind, device_name, torch_version, dtype, "
                 "n_results, sha256, json, disturbed, disturbed_reasons) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (_now(), data.get("created"), source, label, dev.get("kind"), dev.get("name"), dev.get("torch_version"),
-                 dev.get("dtype"), len(data.get("results") or data.get("points") or []), digest, text, disturbed,
-                 reasons))
+                 dev.get("dtype"), _count(data), digest, text, disturbed, reasons))
             run_id = cur.lastrowid
             if _mid_write_hook is not None:
                 _mid_write_hook()
@@ -588,6 +578,13 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
 
         run_id = _transaction(conn, work)
     return int(run_id)
+
+
+def _count(data: dict) -> int:
+    """n_results of a run: its results, an engine run's points, a profile's op rows."""
+    if data.get("kind") == "profile":
+        return sum(len(data["ops"].get(k) or []) for k in PROFILE_OPS)
+    return len(data.get("results") or data.get("points") or [])
 
 
 _RUN_COLUMNS = ("id, saved_at, created, source, label, device_kind, device_name, torch_version, dtype, n_results, "
@@ -636,8 +633,8 @@ def _kind_of(text) -> str:
 
 def list_runs(*, path: str | None = None, kind: str | None = None) -> list[dict]:
     """Stored runs, newest first: id, saved_at, created, source, label, device_kind,
-    device_name, torch_version, dtype, n_results, kind ('kernels', 'collectives', 'engine';
-    the result's own field, from the stored JSON), disturbed (True / False / None = not known),
+    device_name, torch_version, dtype, n_results, kind ('kernels', 'collectives', 'engine',
+    'profile'; the result's own field, from the stored JSON), disturbed (True / False / None = not known),
     disturbed_reasons (list of lines), damaged (None, or why the run cannot be trusted).
     `kind` keeps only that kind. Reads a read-only store; no result bodies."""
     with _connect(path, write=False) as conn:
