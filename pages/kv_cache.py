@@ -56,8 +56,7 @@ def _on_paste():
                                             f"{params.MAX_CONFIG_BYTES_UI:,} bytes (1 MiB). Nothing was changed.")
         st.session_state["_paste"] = ""  # not re-sent with every rerun
         return
-    if text.strip():
-        _use_config_bytes(text, "pasted config")
+    _use_config_bytes(text, "pasted config")  # an empty box is refused with its own message
 
 
 def _use_by_hand():

@@ -73,6 +73,11 @@ def history_status() -> None:
             st.warning(escape_md(f"The history store {history.default_path()} is read-only: its runs are shown, but "
                                  f"new runs and imports cannot be saved (set {history.ENV_VAR} to a writable path).",
                                  600))
+        elif os.path.exists(history.default_path()) and history.disk_full():
+            st.warning(escape_md(f"The disk holding the history store {history.default_path()} is full: its runs are "
+                                 "shown, but new runs and imports cannot be saved until some space is freed (or "
+                                 f"{history.ENV_VAR} points at another disk). Nothing in the store is moved or lost.",
+                                 600))
     except MLAError as e:
         st.error(escape_md(f"History: {e}", 600))
 

@@ -107,7 +107,8 @@ def history_section(cat) -> None:
     runs, labels = cat.runs, cat.labels
     st.subheader("History")
     st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(display_path(history.default_path()), 300)} "
-               f"(set {history.ENV_VAR} to keep it elsewhere). A damaged file is moved aside, never deleted.")
+               f"(set {history.ENV_VAR} to keep it elsewhere). Only a file that fails SQLite's integrity check is "
+               "moved aside (and you are told where), never deleted; a full or read-only disk moves nothing.")
     flush("history")
     history_status()
 

@@ -114,6 +114,8 @@ def validate_result(obj, kind: str | None = "kernels") -> dict:
         size = len(obj.encode("utf-8", "surrogatepass"))
         if size > cap:
             raise InvalidResult(f"result JSON is over {cap:,} bytes ({_mib(cap)})")
+        if not obj.strip():
+            raise InvalidResult("result file is empty: there is no JSON in it")
         try:
             data = json.loads(obj, parse_constant=_reject_constant, object_pairs_hook=_no_dupes)
         except InvalidResult:
