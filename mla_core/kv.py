@@ -21,8 +21,8 @@ every rank. With attention data parallelism every head stays on the GPU holding 
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from .errors import MLAError
 from .results import Result
@@ -438,15 +438,14 @@ def gqa_group_choices(model: ModelSpec) -> list[int]:
     return divisors(model.attention.num_attention_heads)
 
 
-class Variant(NamedTuple):
+class Variant(namedtuple("Variant", "label spec cache_layout kv_dtype")):
     """One same-width counterfactual of a model (a typed value; unpacks as
-    (label, spec, cache_layout, kv_dtype)). `key` names it for pages and links: 'mha', 'gqa',
-    'mqa', 'mla' (the latent) or 'mla-expanded'; `kind` is the attention kind."""
+    (label: str, spec: ModelSpec, cache_layout: str, kv_dtype: str)). `key` names it for pages
+    and links: 'mha', 'gqa', 'mqa', 'mla' (the latent) or 'mla-expanded'; `kind` is the
+    attention kind. (collections.namedtuple: typing.NamedTuple would import `typing`, a tenth of
+    the command line's start-up.)"""
 
-    label: str
-    spec: ModelSpec
-    cache_layout: str
-    kv_dtype: str
+    __slots__ = ()
 
     @property
     def kind(self) -> str:

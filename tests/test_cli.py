@@ -138,3 +138,23 @@ def test_cli_imports_no_heavy_modules():
             "print('HEAVY', heavy, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert "HEAVY []" in p.stderr, p.stderr
+
+
+def test_start_up_imports_only_what_the_answer_needs():
+    # benchmarks/cli_startup.py times start-up; this holds the import structure it depends on:
+    # `presets` builds no model (no dataclasses), `kv` loads neither typing nor inspect
+    # (mla_core.cli._import_dataclasses), and a dataclass without a docstring still gets its
+    # signature from the real inspect when one is made later.
+    probe = ("import sys, runpy; sys.argv=['mla_core', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('mla_core', run_name='__main__')\nexcept SystemExit: pass\n"
+             "print('LOADED', sorted(m for m in ('typing', 'inspect', 'dataclasses', 'mla_core.spec') "
+             "if m in sys.modules), file=sys.stderr)\n"
+             "import dataclasses\n"
+             "@dataclasses.dataclass\nclass X:\n    a: int\n"
+             "print('DOC', X.__doc__, file=sys.stderr)")
+    for args, loaded in ((["presets"], []),
+                         (["kv", "--model", "deepseek-v3", "--context", "131072", "--json"],
+                          ["dataclasses", "mla_core.spec"])):
+        p = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
+        assert f"LOADED {loaded}" in p.stderr, p.stderr
+        assert "DOC X(a: int)" in p.stderr, p.stderr
