@@ -418,7 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from .bench.cli import main as bench_main
         except ImportError as e:
-            print(f"{PROG} bench: error: the benchmark needs torch ({e})", file=sys.stderr)
+            from .install import setup
+
+            print(f"{PROG} bench: error: the benchmark needs torch ({e}); `{setup().torch_install}` adds it",
+                  file=sys.stderr)
             return 2
         return bench_main(argv[1:])
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)

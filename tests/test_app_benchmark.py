@@ -527,3 +527,66 @@ def test_report_survives_odd_results():
     assert report.ceiling_summary({})["bandwidth_GBps"] is None
     assert report.shape_summary({"weird": 3}) == "weird=3" and report.shape_summary(None) == ""
     assert escape_md(report.shape_summary({"batch": 1, "context": 2, "heads": 3})) == "B=1 T=2 h=3"
+
+
+# --- what a new user tripped on (issue 20, section 3) ---------------------------------------------------------
+
+def _after_button(at, key: str, within: int = 3) -> list:
+    """The elements drawn right after the button `key` (containers skipped): where a message
+    about that button's click belongs."""
+    els = list(at.main)
+    i = next(n for n, e in enumerate(els) if getattr(e, "key", None) == key)
+    after = [e for e in els[i + 1:] if e.type not in ("flex_container", "block", "vertical", "column")]
+    return after[:within]
+
+
+def test_progress_and_the_finished_message_are_drawn_beside_the_run_button(fake_run):
+    release, _ = fake_run
+    reg = bench_runs.registry()
+    at = run_page(PAGE)
+    _set_up(at)
+    at.button(key="_bench_run").click().run()
+    owner = at.session_state["_bench_owner"]
+    assert _wait(lambda: (j := reg.job(owner)) is not None and j.done == 3)
+    at.run()
+    right_after = _after_button(at, "_bench_run")
+    assert right_after[0].type == "progress"
+    assert right_after[0].proto.text == "Your benchmark: 3 of 8 kernels done; now mha_decode B=1 T=64"
+    release.set()
+    assert reg.join(owner, 10)
+    at.run()
+    no_exceptions(at)
+    finished = _after_button(at, "_bench_run")[0]
+    assert finished.type == "success" and _texts([finished]).startswith("Benchmark finished in")
+    assert "saved in the history as run #1" in _texts([finished])
+
+
+def test_the_checkout_says_its_own_advice_and_torch_is_found():
+    at = run_page(PAGE)
+    no_exceptions(at)
+    assert "torch is not installed" not in _texts(at.warning)
+    assert not at.button(key="_bench_setup_button").proto.disabled
+    text = " ".join(str(e.proto) for e in at.main)
+    assert "bash benchmarks/gpu_h200.sh" in text and "tests/fixtures/engines" in text
+
+
+def test_an_installed_copy_without_torch_says_so_before_the_click(monkeypatch):
+    from mla_core import install
+
+    monkeypatch.setattr(install, "_checkout_root", lambda: None)  # as in site-packages
+    monkeypatch.setattr(install, "torch_installed", lambda: False)
+    at = run_page(PAGE)
+    no_exceptions(at)
+    warning = _texts(at.warning)
+    assert ("torch is not installed in this copy, so this machine cannot be measured from here: "
+            "`pip install 'mla-explorer[bench]'` adds it") in warning
+    assert at.button(key="_bench_setup_button").proto.disabled  # nothing to click into an error
+    # The warning sits right above the button it is about.
+    els = [e for e in at.main if e.type not in ("flex_container", "block", "vertical", "column")]
+    i = next(n for n, e in enumerate(els) if getattr(e, "key", None) == "_bench_setup_button")
+    assert els[i - 1].type == "warning" and "torch is not installed" in _texts([els[i - 1]])
+    text = " ".join(str(e.proto) for e in at.main)
+    for absent in ("requirements.txt", "benchmarks/gpu_h200.sh", "tests/fixtures/engines", "python -m mla_core bench"):
+        assert absent not in text, absent
+    assert "mla-explorer bench --device cuda --out result.json" in text
+    assert "mla-explorer bench --device cpu --quick --out result.json" in text

@@ -158,3 +158,16 @@ def test_start_up_imports_only_what_the_answer_needs():
         p = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
         assert f"LOADED {loaded}" in p.stderr, p.stderr
         assert "DOC X(a: int)" in p.stderr, p.stderr
+
+
+def test_app_help_says_what_the_app_is_before_streamlits_options():
+    p = subprocess.run([sys.executable, "-m", "mla_core.entry", "app", "--help"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "usage: mla-explorer app [streamlit run options]"
+    assert lines[2].startswith("Serve the MLA explorer in a browser: how Multi-head Latent Attention")
+    intro, _, options = p.stdout.partition("\nOptions:\n")
+    assert "http://127.0.0.1:8501" in intro and "passed through unchanged" in intro
+    assert "--server.port" in options and "--server.address" in options  # Streamlit's own options follow
+    assert "Usage:" not in p.stdout and "mla_core.streamlit" not in p.stdout  # not Streamlit's usage line

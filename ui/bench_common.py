@@ -20,7 +20,6 @@ GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per T
 POLL_S = 1.0  # the run panel refreshes this often while a benchmark waits or runs
 UNSAVED = "unsaved"
 MAX_MESSAGES = 10
-H200_SCRIPT = "benchmarks/gpu_h200.sh"
 ss = st.session_state
 
 

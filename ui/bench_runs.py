@@ -199,7 +199,9 @@ class Registry:
             try:
                 from mla_core.bench import run as bench_run  # imports torch, in this thread only
             except ImportError as e:
-                raise MLAError(f"the benchmark needs torch ({e}); pip install -r requirements.txt") from None
+                from mla_core.install import setup
+
+                raise MLAError(f"the benchmark needs torch ({e}); {setup().torch_install}") from None
             while True:
                 if job.cancel.is_set():
                     raise BenchCancelled("benchmark cancelled before it started; nothing was allocated")

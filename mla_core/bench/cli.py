@@ -246,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from .run import default_config, run_benchmark
         except ImportError as e:  # torch missing or broken: the analytic commands still work
-            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
+            from ..install import setup
+
+            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e}); `{setup().torch_install}` adds "
+                              "it") from None
 
         model = args.model
         if args.config:

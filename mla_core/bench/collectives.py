@@ -123,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             result = run_collectives(sizes=args.sizes, ops=args.ops, device=args.device, dtype=args.dtype,
                                      quick=args.quick, reps=args.reps, warmup=args.warmup, budget_s=args.budget_s)
         except ImportError as e:
-            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
+            from ..install import setup
+
+            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e}); `{setup().torch_install}` adds "
+                              "it") from None
         if result is None:  # not rank 0
             return 0
         if args.out:
