@@ -171,3 +171,20 @@ def test_app_help_says_what_the_app_is_before_streamlits_options():
     assert "http://127.0.0.1:8501" in intro and "passed through unchanged" in intro
     assert "--server.port" in options and "--server.address" in options  # Streamlit's own options follow
     assert "Usage:" not in p.stdout and "mla_core.streamlit" not in p.stdout  # not Streamlit's usage line
+
+
+def test_make_test_fast_names_core_and_cli_test_files_only():
+    import re
+
+    text = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    block = re.search(r"^FAST_TESTS := (.*?)(?:\n\n|\n[a-z])", text, re.S | re.M).group(1)
+    files = re.findall(r"tests/\S+\.py", block)
+    assert files and all(os.path.isfile(os.path.join(ROOT, f)) for f in files)
+    assert "tests/test_cli.py" in files and "tests/test_kv.py" in files
+    for f in files:  # no page, browser, torch benchmark or install test in the fast tier
+        source = open(os.path.join(ROOT, f), encoding="utf-8").read()
+        imports = set(re.findall(r"^\s*(?:from|import) ([\w.]+)", source, re.M))
+        assert not {m for m in imports if m.split(".")[0] in ("streamlit", "playwright", "torch", "apptest_util",
+                                                              "browser_util")}, f
+    assert re.search(r"^test-fast: .*\n\t\$\(PY\) -m pytest -q \$\(FAST_TESTS\)$", text, re.M)
+    assert "\nmake test\n" in open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()  # CI runs it all
