@@ -259,36 +259,6 @@ def layer_kind(model: ModelSpec, layer) -> tuple[str, str]:
     return f"{layer.attention}+{rec}", f"{attn_label} + {rec_label}"
 
 
-@dataclass(frozen=True)
-class LayerCell(Result):
-    """One layer of the KV page's layer map: what it holds for one sequence at the context."""
-
-    index: int  # 0-based; draft layers follow the decoder layers
-    kind: str  # as `LayerGroup.kind`
-    label: str
-    draft: bool
-    tokens_held: int
-    kv_bytes: int
-    state_bytes: int
-    bytes: int  # kv + state
-
-
-@dataclass(frozen=True)
-class LayerMap(Result):
-    """Everything the layer map draws: one cell per layer, the kinds in first-seen order with
-    their labels, and the totals for one sequence (bytes, ints)."""
-
-    context: int
-    kinds: tuple[str, ...]
-    kind_labels: tuple[str, ...]
-    cells: tuple[LayerCell, ...]
-    kv_bytes_per_sequence: int
-    state_bytes_per_sequence: int
-    cache_bytes_per_sequence: int
-    all_full_attention_bytes_per_sequence: int
-    is_hybrid: bool
-
-
 def all_full_attention_bytes(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent",
                              *, block_size: int | None = None) -> int:
     """What one sequence of `context` tokens would hold if every layer (draft layers included)
@@ -296,25 +266,6 @@ def all_full_attention_bytes(model: ModelSpec, context: int, kv_dtype: str = "au
     the hybrid's counterfactual on the KV page."""
     per_layer = kv_bytes_per_token_layer(model, kv_dtype, cache_layout)
     return per_layer * len(model.layers) * tokens_held(context, None, block_size)
-
-
-def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
-              state_dtype: str = "auto", block_size: int | None = None) -> LayerMap:
-    """The model's layers one by one at `context` tokens (one sequence), for the layer map, with
-    what the same model would hold with every layer full attention of its attention shape.
-    Raises MLAError on bad inputs."""
-    groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size)
-    cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
-                              g.state_bytes_per_layer, g.bytes_per_layer)
-                    for g in groups for i in g.layer_indices), key=lambda c: c.index)
-    kinds: dict[str, str] = {}
-    for g in groups:
-        kinds.setdefault(g.kind, g.label)
-    kv = sum(c.kv_bytes for c in cells)
-    state = sum(c.state_bytes for c in cells)
-    full = all_full_attention_bytes(model, context, kv_dtype, cache_layout, block_size=block_size)
-    return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
-                    model.is_hybrid)
 
 
 @dataclass(frozen=True)
