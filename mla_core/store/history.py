@@ -519,7 +519,7 @@ def _connect(path: str | None = None, write: bool = True):
                 raise BenchError(f"history store {path} is busy: {e}") from None
             if not _is_damage(e):  # the disk, the mount or the file system: the store is left as it is
                 if not write:
-                    with _reading(path, _open_readonly(path, "" if _is_full(e, path) else "read-only ")) as ro:
+                    with _reading(path, _open_readonly(path, "read-only " if _is_readonly(e) else "")) as ro:
                         yield ro
                     return
                 if _is_full(e, path):
