@@ -1,5 +1,6 @@
 # Two commands (README): `make app` sets up and starts the app; `make test` sets up and runs
-# every test. Both create a local virtual environment in .venv once and reuse it.
+# every test. Both create a local virtual environment in .venv once and reuse it. `make test-fast`
+# runs the fast tier while working on the core (README; CI runs `make test`).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,7 +8,14 @@ HOST ?= 127.0.0.1
 PORT ?= 8501
 SHARED ?= ../shared
 
-.PHONY: app test bench cases venv clean
+.PHONY: app test test-fast bench cases venv clean
+
+# The fast tier: the analytic core, the serving plan, the store and the command line; no app page
+# (AppTest), browser, torch benchmark, torchrun or install test. Under a minute on 2 cores.
+FAST_TESTS := tests/test_kv.py tests/test_capacity.py tests/test_roofline.py tests/test_params.py \
+	tests/test_units.py tests/test_config.py tests/test_layers.py tests/test_whatif.py tests/test_sweeps.py \
+	tests/test_claims.py tests/test_properties.py tests/test_serving.py tests/test_cases.py tests/test_cli.py \
+	tests/test_store.py tests/test_bench_history.py tests/test_engines.py
 
 $(VENV)/.app-installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +33,9 @@ app: $(VENV)/.app-installed
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest
+
+test-fast: $(VENV)/.test-installed
+	$(PY) -m pytest -q $(FAST_TESTS)
 
 # The project's acceptance cases (tests/fixtures/cases, also run by `make test`); and, where a team
 # folder ../shared sits beside the clone, its cases too. A plain clone says so and passes.

@@ -15,7 +15,7 @@
 #      tensors would not fit in 80% of free memory (MHA at 64 x 32K and 64 x 128K: 129 and 516 GiB)
 #      are listed under "skipped" instead of stopping the run;
 #   4. writes ONE result JSON ($OUT/h200-bench-<UTC time>.json, schema
-#      mla_core/bench/result.schema.json) and the printed table beside it (.txt), then checks
+#      mla_core/store/result.schema.json) and the printed table beside it (.txt), then checks
 #      the JSON against the schema;
 #   5. prints the figures the issue asks for: copy bandwidth as a share of the 4.8 TB/s
 #      datasheet, absorbed MLA decode as a share of its roofline time, absorbed against recompute;

@@ -79,7 +79,7 @@ def run(tiny: bool = False) -> list[dict]:
             after = rss_mib(proc.pid)
             loaded = torch_loaded(proc.pid)
             browser.close()
-        from mla_core.bench import history
+        from mla_core.store import history
 
         saved = len(history.list_runs(path=history_path))
         out.append(result("server_rss_after_a_benchmark_run", after, "MiB", note="torch loaded; tensors freed",

@@ -298,7 +298,7 @@ def benchmark_runs_rss(server: Server, history_path: str, runs: int, tiny: bool)
     (Set up, then Run, waiting for each to be saved); the server's RSS after each."""
     from streamlit.proto.WidgetStates_pb2 import WidgetState
 
-    from mla_core.bench import history
+    from mla_core.store import history
 
     def saved() -> int:
         return len(history.list_runs(path=history_path)) if os.path.exists(history_path) else 0

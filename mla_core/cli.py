@@ -327,8 +327,8 @@ def cmd_presets(args) -> dict:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The argparse parser; with `only`, just that subcommand's arguments are added (the rest
-    stay empty), which keeps the answer fast."""
+    """The argparse parser; with `only` (the subcommand the command line names), just that
+    subcommand is built, which keeps the answer fast."""
     from .units import WEIGHT_DTYPES
 
     parser = _Parser(prog=PROG, formatter_class=_Formatter,
@@ -343,9 +343,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
 
     def add(name, help_text, func, **kw):
+        if only not in (None, name):
+            return None
         p = sub.add_parser(name, help=help_text, formatter_class=_Formatter, **kw)
         p.set_defaults(func=func)
-        return p if only in (None, name) else None
+        return p
 
     p = add("kv", "KV-cache bytes per token and in total", cmd_kv)
     if p:
@@ -414,8 +416,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--link-gbps", type=_real_arg("--link-gbps"),
                        help="measured collective bus bandwidth, GB/s (replaces NVLink and network figures)")
         p.add_argument("--link-from-run", type=_int_arg("--link-from-run"), metavar="ID",
-                       help="take the link bandwidth from a stored collectives run (`bench history`): "
-                            "its all_reduce bus bandwidth at the largest size")
+                       help="take the link bandwidth from a stored collectives run (its id: "
+                            "`bench history --kind collectives` lists them): its all_reduce bus bandwidth at the "
+                            "largest size")
         p.add_argument("--weights-dtype", choices=tuple(WEIGHT_DTYPES),
                        help="default: fp8 for fp8 checkpoints, else torch_dtype")
         p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
@@ -454,7 +457,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     add("bench", "measure this device: bandwidth, matmul peak, decode attention (needs torch; "
                  "`bench --help`); `bench collectives` under torchrun; `bench import FILE` for vLLM / SGLang "
-                 "results", None, add_help=False)
+                 "results; `bench history` lists the saved runs", None, add_help=False)
 
     p = add("presets", "list model and GPU presets", cmd_presets)
     if p:
@@ -462,14 +465,49 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _import_dataclasses() -> None:
+    """Import `dataclasses` without loading `inspect` until it is used.
+
+    `dataclasses` imports `inspect` at its top (and with it ast, dis, tokenize: a fifth of an
+    analytic command's start-up, measured by benchmarks/cli_startup.py) but, in Python 3.11,
+    uses it only to write a signature into a dataclass that has no docstring (every one here has
+    one). While `dataclasses` is imported, `inspect` is a stand-in module whose attributes load
+    the real one on first use (PEP 562 `__getattr__`); the stand-in is out of `sys.modules`
+    again right after, so any other `import inspect` gets the real module. Nothing changes where
+    either is already imported (a test runner, the app)."""
+    if "dataclasses" in sys.modules or "inspect" in sys.modules:
+        return
+    import types
+
+    stand_in = types.ModuleType("inspect", "stands in for `inspect` inside `dataclasses` until first used")
+
+    def __getattr__(attr):
+        import importlib
+
+        return getattr(importlib.import_module("inspect"), attr)
+
+    stand_in.__getattr__ = __getattr__
+    sys.modules["inspect"] = stand_in
+    try:
+        import dataclasses  # noqa: F401
+    finally:
+        if sys.modules.get("inspect") is stand_in:
+            del sys.modules["inspect"]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("kv", "capacity", "roofline", "plan"):  # they build a model: as fast as Python starts
+        _import_dataclasses()
     if argv and argv[0] == "bench":
         # The microbenchmark has its own parser and imports torch; keep it out of the fast path.
         try:
             from .bench.cli import main as bench_main
         except ImportError as e:
-            print(f"{PROG} bench: error: the benchmark needs torch ({e})", file=sys.stderr)
+            from .install import setup
+
+            print(f"{PROG} bench: error: the benchmark needs torch ({e}); `{setup().torch_install}` adds it",
+                  file=sys.stderr)
             return 2
         return bench_main(argv[1:])
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)

@@ -201,7 +201,7 @@ def load_config(path) -> ModelSpec:
 def loads_config(data: bytes | str, source: str = "config.json") -> dict:
     """Parse the bytes or text of a config.json into a dict, refusing what is not a JSON object.
 
-    Refuses: over 1 MiB, non-UTF-8 bytes, invalid JSON, NaN/Infinity literals, numbers too large
+    Refuses: over 1 MiB, non-UTF-8 bytes, empty text, invalid JSON, NaN/Infinity literals, numbers too large
     for a float, nesting too deep for the parser, and any top level other than an object.
     `source` names the input in messages (a file name).
     """
@@ -219,6 +219,8 @@ def loads_config(data: bytes | str, source: str = "config.json") -> dict:
             raise ConfigError(f"{source} is not UTF-8 text (bad byte at offset {e.start})") from None
     else:
         raise ConfigError(f"config must be bytes or text, got {type(data).__name__}")
+    if not text.strip():
+        raise ConfigError(f"{source} is empty: there is no JSON in it (a config.json holds one object)")
     try:
         obj = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
     except ConfigError:
@@ -583,6 +585,8 @@ def parse_config(cfg, name: str | None = None) -> ModelSpec:
 
 @dataclass
 class _Plan:
+    """What a layout rule decides (see the comment above)."""
+
     slots: list  # per layer: a tuple of slot names (or ("compressed", r) for DeepSeek-V4)
     rec_kind: str | None = None
     shapes: dict = dc_field(default_factory=dict)  # slot -> AttentionSpec with the kind's own heads / widths

@@ -1,6 +1,7 @@
 """The `mla-explorer` command that `pip install .` puts on the PATH (pyproject.toml).
 
     mla-explorer app [streamlit run flags]     serve the app, exactly as `make app` does
+    mla-explorer app --help                     what the app is, then Streamlit's own options
     mla-explorer SUBCOMMAND ...                 `python -m mla_core SUBCOMMAND ...`: the same
                                                 subcommands, flags, JSON and exit statuses
 
@@ -49,8 +50,33 @@ def _user_history_path() -> str:
     return os.path.join(base, "mla-explorer", "history.sqlite3")
 
 
+APP_HELP = f"""usage: {PROG} app [streamlit run options]
+
+Serve the MLA explorer in a browser: how Multi-head Latent Attention (DeepSeek-V2/V3) and the
+other attention and state layouts (MHA, GQA, MQA, sliding windows, recurrent layers) change the
+KV cache, the requests a GPU holds, the decode roofline and a serving plan, for real model
+configs, with a live torch benchmark of this machine. Pages: KV cache, Capacity, Roofline,
+Serving plan, Benchmark, Published figures, Definitions.
+
+It listens on http://127.0.0.1:8501 (loopback only, from the shipped .streamlit/config.toml;
+--server.address and --server.port change that) and sends no usage statistics. The Benchmark
+page's runs are kept in $XDG_DATA_HOME/mla-explorer/history.sqlite3 (else ~/.local/share/...) by
+an installed copy, in var/history.sqlite3 by a checkout; MLA_EXPLORER_HISTORY overrides both.
+Stop it with Ctrl-C. The analytic commands need no server: `{PROG} --help`.
+
+The options below are Streamlit's own (`streamlit run`), passed through unchanged.
+"""
+
+
+def _wants_help(args: list[str]) -> bool:
+    """-h / --help among the options (not after a `--`, where the script's own arguments start)."""
+    head = args[:args.index("--")] if "--" in args else args
+    return "-h" in head or "--help" in head
+
+
 def serve_app(args: list[str]) -> int:
-    """Run the app's server (ui/serve.py) with `streamlit run` flags `args`; returns when it stops."""
+    """Run the app's server (ui/serve.py) with `streamlit run` flags `args`; returns when it stops.
+    With --help: what the app is, then Streamlit's options (its own usage line left out)."""
     root = app_root()
     if root is None:
         print(f"{PROG} app: error: the app files (app.py, pages/, ui/) are not installed", file=sys.stderr)
@@ -58,6 +84,21 @@ def serve_app(args: list[str]) -> int:
     spec = importlib.util.spec_from_file_location("_mla_explorer_serve", os.path.join(root, "ui", "serve.py"))
     serve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve)
+    if _wants_help(args):
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            try:
+                serve.main(["--help"])
+            except SystemExit:
+                pass
+        text = buf.getvalue()
+        options = text.find("Options:")
+        print(APP_HELP)
+        print(text[options:] if options >= 0 else text, end="")
+        return 0
     try:
         serve.main(args)
     except SystemExit as e:  # streamlit's click CLI exits when the server stops

@@ -21,9 +21,9 @@ every rank. With attention data parallelism every head stays on the GPU holding 
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import NamedTuple
 
 from .errors import MLAError
 from .results import Result
@@ -241,37 +241,6 @@ def _index_bytes(cache, context: int, p: Precision, block_size: int | None) -> i
     return ix.bytes_per_entry(p) * entries
 
 
-@dataclass(frozen=True)
-class LayerCell(Result):
-    """One layer of the KV page's layer map: what it holds for one sequence at the context."""
-
-    index: int  # 0-based; draft layers follow the decoder layers
-    kind: str  # as `LayerGroup.kind`
-    label: str
-    draft: bool
-    tokens_held: int
-    kv_bytes: int
-    state_bytes: int
-    bytes: int  # kv + state
-    index_bytes: int = 0  # the sparse-attention index keys among kv_bytes
-
-
-@dataclass(frozen=True)
-class LayerMap(Result):
-    """Everything the layer map draws: one cell per layer, the kinds in first-seen order with
-    their labels, and the totals for one sequence (bytes, ints)."""
-
-    context: int
-    kinds: tuple[str, ...]
-    kind_labels: tuple[str, ...]
-    cells: tuple[LayerCell, ...]
-    kv_bytes_per_sequence: int
-    state_bytes_per_sequence: int
-    cache_bytes_per_sequence: int
-    all_full_attention_bytes_per_sequence: int
-    is_hybrid: bool
-
-
 def all_full_attention_bytes(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent",
                              *, block_size: int | None = None) -> int:
     """What one sequence of `context` tokens would hold if every layer (draft layers included)
@@ -280,26 +249,6 @@ def all_full_attention_bytes(model: ModelSpec, context: int, kv_dtype: str = "au
     p = precision(model, kv_dtype, cache_layout)
     plain = full_attention_layer(model.attention, model.indexer)
     return plain.kv_bytes(context, p, block_size=block_size) * len(model.layers)
-
-
-def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
-              state_dtype: str = "auto", block_size: int | None = None, ssm_state_dtype: str = "auto") -> LayerMap:
-    """The model's layers one by one at `context` tokens (one sequence), for the layer map, with
-    what the same model would hold with every layer full attention of its attention shape.
-    Raises MLAError on bad inputs."""
-    groups = layer_groups(model, context, kv_dtype, cache_layout, state_dtype=state_dtype, block_size=block_size,
-                          ssm_state_dtype=ssm_state_dtype)
-    cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
-                              g.state_bytes_per_layer, g.bytes_per_layer, g.index_bytes_per_layer)
-                    for g in groups for i in g.layer_indices), key=lambda c: c.index)
-    kinds: dict[str, str] = {}
-    for g in groups:
-        kinds.setdefault(g.kind, g.label)
-    kv = sum(c.kv_bytes for c in cells)
-    state = sum(c.state_bytes for c in cells)
-    full = all_full_attention_bytes(model, context, kv_dtype, cache_layout, block_size=block_size)
-    return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
-                    model.is_hybrid)
 
 
 @dataclass(frozen=True)
@@ -426,15 +375,14 @@ def gqa_group_choices(model: ModelSpec) -> list[int]:
     return divisors(model.attention.num_attention_heads)
 
 
-class Variant(NamedTuple):
+class Variant(namedtuple("Variant", "label spec cache_layout kv_dtype")):
     """One same-width counterfactual of a model (a typed value; unpacks as
-    (label, spec, cache_layout, kv_dtype)). `key` names it for pages and links: 'mha', 'gqa',
-    'mqa', 'mla' (the latent) or 'mla-expanded'; `kind` is the attention kind."""
+    (label: str, spec: ModelSpec, cache_layout: str, kv_dtype: str)). `key` names it for pages
+    and links: 'mha', 'gqa', 'mqa', 'mla' (the latent) or 'mla-expanded'; `kind` is the
+    attention kind. (collections.namedtuple: typing.NamedTuple would import `typing`, a tenth of
+    the command line's start-up.)"""
 
-    label: str
-    spec: ModelSpec
-    cache_layout: str
-    kv_dtype: str
+    __slots__ = ()
 
     @property
     def kind(self) -> str:

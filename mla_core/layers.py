@@ -34,7 +34,6 @@ before caps may be a float: one compressed entry per r tokens).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
 
 from .errors import MLAError
 from .units import row_bytes
@@ -160,9 +159,9 @@ class CacheSpec:
     """What one layer holds for one sequence. Subclasses are frozen dataclasses; the defaults here
     are those of a layer that holds nothing and computes no attention (an MLP / MoE block)."""
 
-    kind: ClassVar[str] = "none"  # the JSON `kind` of a layer group
-    holds_kv: ClassVar[bool] = False  # a per-token cache of its own
-    attends: ClassVar[bool] = False  # computes attention (prefill pairs, decode flops)
+    kind = "none"  # the JSON `kind` of a layer group
+    holds_kv = False  # a per-token cache of its own
+    attends = False  # computes attention (prefill pairs, decode flops)
     own_shape: bool = False  # True: its heads / widths are its own, not the config's plain fields
 
     @property
@@ -295,11 +294,11 @@ class FullAttention(CacheSpec):
     indexer: Indexer | None = None
     own_shape: bool = False
 
-    kind: ClassVar[str] = "full"
-    holds_kv: ClassVar[bool] = True
-    attends: ClassVar[bool] = True
-    window: ClassVar[int | None] = None
-    chunk: ClassVar[int | None] = None
+    kind = "full"
+    holds_kv = True
+    attends = True
+    window = None
+    chunk = None
 
     def tokens_held(self, context, block_size=None):
         return held_tokens(context, self.window, self.chunk, block_size)
@@ -409,7 +408,7 @@ class SlidingWindow(FullAttention):
 
     window: int = 0
 
-    kind: ClassVar[str] = "sliding"
+    kind = "sliding"
 
     @property
     def label(self):
@@ -423,7 +422,7 @@ class ChunkedLocal(FullAttention):
 
     chunk: int = 0
 
-    kind: ClassVar[str] = "chunked"
+    kind = "chunked"
 
     @property
     def label(self):
@@ -453,8 +452,8 @@ class MLAttention(CacheSpec):
     chunk: int | None = None
     own_shape: bool = False
 
-    holds_kv: ClassVar[bool] = True
-    attends: ClassVar[bool] = True
+    holds_kv = True
+    attends = True
 
     @property
     def kind(self) -> str:  # the tokens rule, as the JSON always named MLA layers
@@ -580,10 +579,10 @@ class CompressedMLA(CacheSpec):
     o_lora_rank: int = 0  # parameters only: the grouped low-rank output (wo_a, wo_b)
     o_groups: int = 1
 
-    kind: ClassVar[str] = "compressed"
-    holds_kv: ClassVar[bool] = True
-    attends: ClassVar[bool] = True
-    windowed: ClassVar[bool] = False  # its window is one part; the compressed latents keep the whole context
+    kind = "compressed"
+    holds_kv = True
+    attends = True
+    windowed = False  # its window is one part; the compressed latents keep the whole context
 
     def entry_bytes(self, p: Precision) -> int:
         """Bytes of one latent entry (window or compressed)."""
@@ -727,8 +726,8 @@ class SharedKV(CacheSpec):
     source: CacheSpec
     window: int | None = None
 
-    kind: ClassVar[str] = "shared"
-    attends: ClassVar[bool] = True
+    kind = "shared"
+    attends = True
 
     def prefill_pairs(self, input_len, new_tokens):
         cached = input_len - new_tokens
@@ -804,7 +803,7 @@ class RecurrentState(CacheSpec):
     conv_kernel: int  # K (1: no conv state)
     dt_rank: int = 0  # Mamba-1's low-rank time-step projection (parameters only)
 
-    attends: ClassVar[bool] = False
+    attends = False
 
     @property
     def kind(self) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 
-from .config import parse_config
 from .errors import MLAError
-from .spec import ModelSpec
 
+# The model classes (and with them `dataclasses`) load with the first model, not with this module:
+# `presets` lists ids without building a ModelSpec (the command line answers faster).
 
 
 def _data_dir() -> str:
@@ -56,8 +56,10 @@ def model_ids() -> list[str]:
     return list(model_entries())
 
 
-def load_model(preset_id: str) -> ModelSpec:
+def load_model(preset_id: str) -> "ModelSpec":  # noqa: F821 - mla_core.spec.ModelSpec
     """The ModelSpec of a preset id (e.g. 'deepseek-v3'). Raises MLAError for an unknown id."""
+    from .config import parse_config
+
     entries = model_entries()
     key = preset_id.lower() if isinstance(preset_id, str) else preset_id
     if key not in entries:

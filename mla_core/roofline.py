@@ -26,8 +26,8 @@ KV heads, the MLA latent whole.
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from .errors import MLAError
 from .hardware import GPU
@@ -259,13 +259,11 @@ def roofline(
     )
 
 
-class DecodeVariant(NamedTuple):
-    """One variant's decode attention: unpacks as (label, spec, kv_dtype, mla_path)."""
+class DecodeVariant(namedtuple("DecodeVariant", "label spec kv_dtype mla_path")):
+    """One variant's decode attention: unpacks as (label: str, spec: ModelSpec, kv_dtype: str,
+    mla_path: str). (collections.namedtuple: no `typing` import at start-up.)"""
 
-    label: str
-    spec: ModelSpec
-    kv_dtype: str
-    mla_path: str
+    __slots__ = ()
 
     @property
     def key(self) -> str:

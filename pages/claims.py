@@ -222,7 +222,7 @@ def _accuracy() -> dict:
 
 def accuracy():
     """Published serving figures and the user's engine runs against the serving plan's bound
-    (mla_core.serving.accuracy, mla_core.bench.engines.accuracy)."""
+    (mla_core.serving.accuracy, mla_core.store.engines.accuracy)."""
     # --- accuracy of the serving plan against published serving figures -----------------------------------
     st.subheader("Accuracy: published serving figures against the serving plan's bound")
     st.caption("Each published throughput or latency (data/serving_measurements.json) is set against the bound the "
@@ -260,7 +260,7 @@ def accuracy():
     st.markdown("**Your engine runs** (imported on the Benchmark page or with `python -m mla_core bench import`): "
                 "each measured TTFT, TPOT and throughput against the plan for the same setting.")
     try:
-        from mla_core.bench.engines import accuracy as engine_accuracy
+        from mla_core.store.engines import accuracy as engine_accuracy
 
         engine_rows = [{
             "run": c.settings.get("run_label") or f"{c.engine} {c.format}", "model": c.model, "GPU": c.gpu,

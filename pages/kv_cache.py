@@ -10,7 +10,7 @@ import streamlit as st
 
 from mla_core.config import loads_config, parse_config
 from mla_core.errors import MLAError
-from mla_core.kv import layer_map as kv_layer_map
+from mla_core.layermap import layer_map as kv_layer_map
 from mla_core.presets import model_ids
 from mla_core.units import GiB, format_bytes, format_tokens
 from mla_core.views import kv_summary, kv_sweep, kv_variants
@@ -56,8 +56,7 @@ def _on_paste():
                                             f"{params.MAX_CONFIG_BYTES_UI:,} bytes (1 MiB). Nothing was changed.")
         st.session_state["_paste"] = ""  # not re-sent with every rerun
         return
-    if text.strip():
-        _use_config_bytes(text, "pasted config")
+    _use_config_bytes(text, "pasted config")  # an empty box is refused with its own message
 
 
 def _use_by_hand():
@@ -260,7 +259,7 @@ def context_chart(model, kv_dtype, second=None):
 
 
 def layers(model, s):
-    """What each layer holds (mla_core.kv.layer_map), at the dtype and layout the summary used."""
+    """What each layer holds (mla_core.layermap.layer_map), at the dtype and layout the summary used."""
     if s is None:
         return
     try:

@@ -10,7 +10,7 @@ the roofline chart first."""
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
-from mla_core.bench import disturbance
+from mla_core.store import disturbance
 from mla_core.errors import MLAError
 from mla_core.kv import default_gqa_groups, gqa_group_choices
 from mla_core.roofline import MLA_PATHS
@@ -77,7 +77,7 @@ def settings(model, g):
 
 
 def _disturbed_name(name: str, result: dict, what: str) -> str:
-    """`name` marked "(disturbed)" when the run says it was (mla_core.bench.disturbance), with
+    """`name` marked "(disturbed)" when the run says it was (mla_core.store.disturbance), with
     the reasons shown once above the chart; as the Benchmark page's lists and exports mark it."""
     if not disturbance.is_disturbed(result):
         return name

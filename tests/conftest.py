@@ -16,7 +16,7 @@ if ROOT not in sys.path:
 # misspelt property fails a test. Inherited by the servers and CLIs the tests start.
 os.environ["MLA_VALIDATE_FIGURES"] = "1"
 # The test machine is shared: its neighbours may hold nearly every CPU, which would make a real
-# run refuse its result (mla_core.bench.disturbance). The refusal has its own test.
+# run refuse its result (mla_core.store.disturbance). The refusal has its own test.
 os.environ.setdefault("MLA_BENCH_REFUSE_FREE_CPUS", "0")
 
 

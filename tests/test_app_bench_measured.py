@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from apptest_util import metric, no_exceptions, plain, run_page, shown
-from mla_core.bench import comm, engines, history
+from mla_core.bench import comm
+from mla_core.store import engines, history
 from mla_core.units import format_seconds
 
 PAGE = "pages/benchmark.py"

@@ -1,5 +1,5 @@
 """The benchmark page (pages/benchmark.py), its run registry (ui/bench_runs.py) and the core
-functions it shows (mla_core/bench/report.py).
+functions it shows (mla_core/store/report.py).
 
 One test runs a real, tiny CPU benchmark through the page (about half a second); the others use
 the committed sample (data/samples), hand-made results, or a stand-in for `run_benchmark`.
@@ -20,10 +20,10 @@ import time
 import pytest
 
 from apptest_util import ROOT, no_exceptions, run_page
-from mla_core.bench import history, report
-from mla_core.bench.config import MEMORY_HEADROOM
-from mla_core.bench.errors import BenchBusy, BenchCancelled
-from mla_core.bench.schema import validate_result
+from mla_core.store import history, report
+from mla_core.bench.config import MEMORY_HEADROOM, memory_check
+from mla_core.store.errors import BenchBusy, BenchCancelled
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 from mla_core.hardware import custom_gpu
 from mla_core.roofline import attainable_flops
@@ -127,7 +127,7 @@ def test_first_render_shows_the_committed_sample(sample, store):
     assert not at.error, _texts(at.error)
     assert at.session_state["_bench_show"] == f"sample:{SAMPLE}"
     _shows(at, sample)
-    # The ridge metric and the model accuracy come from mla_core.bench.report.
+    # The ridge metric and the model accuracy come from mla_core.store.report.
     cs = report.ceiling_summary(sample)
     assert _metric(at, "Ridge point (measured)") == format_intensity(cs["ridge_flop_per_byte"])
     # A roofline and a predicted-vs-measured chart before any run (the browser test needs one).
@@ -315,7 +315,7 @@ def test_a_tiny_cpu_run_end_to_end_is_saved_and_shown():
     at.switch_page("pages/roofline.py").run()
     no_exceptions(at)
     names = [t.get("name", "") for f in _figures(at) for t in f["data"]]
-    from mla_core.bench.disturbance import is_disturbed
+    from mla_core.store.disturbance import is_disturbed
 
     mark = " (disturbed)" if is_disturbed(stored) else ""  # a busy machine (CI) may disturb the run
     assert f"measured: {measured.device_name(stored)}{mark}" in names
@@ -460,7 +460,7 @@ def test_registry_allows_one_job_per_session_and_bounds_the_queue(fake_run, monk
     assert done.state == "done" and done.run_id is not None and reg.take("a") is None
 
 
-# --- mla_core.bench.report ------------------------------------------------------------------------------------------
+# --- mla_core.store.report ------------------------------------------------------------------------------------------
 
 def test_model_accuracy_is_the_share_of_the_binding_ceiling(sample):
     rows = report.kernel_rows(sample)
@@ -512,9 +512,9 @@ def test_compare_rows_by_kernel_and_by_shape(sample):
 
 
 def test_memory_check_progress_and_gqa_choices():
-    assert report.memory_check(80, 100) == {"limit_bytes": 80, "fits": True, "share": 0.8, "headroom": 0.8}
-    assert not report.memory_check(81, 100)["fits"]
-    assert report.memory_check(10**15, None)["fits"]
+    assert memory_check(80, 100) == {"limit_bytes": 80, "fits": True, "share": 0.8, "headroom": 0.8}
+    assert not memory_check(81, 100)["fits"]
+    assert memory_check(10**15, None)["fits"]
     assert report.progress_fraction(3, 8) == 3 / 8 and report.progress_fraction(9, 8) == 1.0
     assert report.progress_fraction(0, 0) == 0.0
     assert report.gqa_group_choices(16) == [1, 2, 4, 8, 16] and report.gqa_group_choices(1) == [1]
@@ -527,3 +527,66 @@ def test_report_survives_odd_results():
     assert report.ceiling_summary({})["bandwidth_GBps"] is None
     assert report.shape_summary({"weird": 3}) == "weird=3" and report.shape_summary(None) == ""
     assert escape_md(report.shape_summary({"batch": 1, "context": 2, "heads": 3})) == "B=1 T=2 h=3"
+
+
+# --- what a new user tripped on (issue 20, section 3) ---------------------------------------------------------
+
+def _after_button(at, key: str, within: int = 3) -> list:
+    """The elements drawn right after the button `key` (containers skipped): where a message
+    about that button's click belongs."""
+    els = list(at.main)
+    i = next(n for n, e in enumerate(els) if getattr(e, "key", None) == key)
+    after = [e for e in els[i + 1:] if e.type not in ("flex_container", "block", "vertical", "column")]
+    return after[:within]
+
+
+def test_progress_and_the_finished_message_are_drawn_beside_the_run_button(fake_run):
+    release, _ = fake_run
+    reg = bench_runs.registry()
+    at = run_page(PAGE)
+    _set_up(at)
+    at.button(key="_bench_run").click().run()
+    owner = at.session_state["_bench_owner"]
+    assert _wait(lambda: (j := reg.job(owner)) is not None and j.done == 3)
+    at.run()
+    right_after = _after_button(at, "_bench_run")
+    assert right_after[0].type == "progress"
+    assert right_after[0].proto.text == "Your benchmark: 3 of 8 kernels done; now mha_decode B=1 T=64"
+    release.set()
+    assert reg.join(owner, 10)
+    at.run()
+    no_exceptions(at)
+    finished = _after_button(at, "_bench_run")[0]
+    assert finished.type == "success" and _texts([finished]).startswith("Benchmark finished in")
+    assert "saved in the history as run #1" in _texts([finished])
+
+
+def test_the_checkout_says_its_own_advice_and_torch_is_found():
+    at = run_page(PAGE)
+    no_exceptions(at)
+    assert "torch is not installed" not in _texts(at.warning)
+    assert not at.button(key="_bench_setup_button").proto.disabled
+    text = " ".join(str(e.proto) for e in at.main)
+    assert "bash benchmarks/gpu_h200.sh" in text and "tests/fixtures/engines" in text
+
+
+def test_an_installed_copy_without_torch_says_so_before_the_click(monkeypatch):
+    from mla_core import install
+
+    monkeypatch.setattr(install, "_checkout_root", lambda: None)  # as in site-packages
+    monkeypatch.setattr(install, "torch_installed", lambda: False)
+    at = run_page(PAGE)
+    no_exceptions(at)
+    warning = _texts(at.warning)
+    assert ("torch is not installed in this copy, so this machine cannot be measured from here: "
+            "`pip install 'mla-explorer[bench]'` adds it") in warning
+    assert at.button(key="_bench_setup_button").proto.disabled  # nothing to click into an error
+    # The warning sits right above the button it is about.
+    els = [e for e in at.main if e.type not in ("flex_container", "block", "vertical", "column")]
+    i = next(n for n, e in enumerate(els) if getattr(e, "key", None) == "_bench_setup_button")
+    assert els[i - 1].type == "warning" and "torch is not installed" in _texts([els[i - 1]])
+    text = " ".join(str(e.proto) for e in at.main)
+    for absent in ("requirements.txt", "benchmarks/gpu_h200.sh", "tests/fixtures/engines", "python -m mla_core bench"):
+        assert absent not in text, absent
+    assert "mla-explorer bench --device cuda --out result.json" in text
+    assert "mla-explorer bench --device cpu --quick --out result.json" in text

@@ -6,7 +6,7 @@ import pytest
 
 from apptest_util import metric, no_exceptions, plain, run_page
 from mla_core.kv import tp_split_error
-from mla_core.kv import layer_map
+from mla_core.layermap import layer_map
 from mla_core.capacity import capacity
 from mla_core.presets import load_gpu, load_model
 from mla_core.units import format_bytes

@@ -32,7 +32,7 @@ from mla_core.bench.errors import (  # noqa: E402
     OutOfMemory,
     OversizeRequest,
 )
-from mla_core.bench.schema import validate_result  # noqa: E402
+from mla_core.store.schema import validate_result  # noqa: E402
 from mla_core.errors import MLAError  # noqa: E402
 from mla_core.kv import kv_cache_bytes  # noqa: E402
 from mla_core.roofline import attention_flops_per_token_layer  # noqa: E402
@@ -68,10 +68,11 @@ def one_line(text: str) -> bool:
 def test_mla_core_and_torch_free_bench_modules_do_not_import_torch():
     code = (
         "import sys, mla_core, mla_core.kv, mla_core.roofline, mla_core.spec, mla_core.cli, mla_core.capacity, "
-        "mla_core.params, mla_core.presets, mla_core.bench, mla_core.bench.config, mla_core.bench.schema, "
-        "mla_core.bench.history, mla_core.bench.errors, mla_core.bench.comm, mla_core.bench.engines, "
+        "mla_core.params, mla_core.presets, mla_core.bench, mla_core.bench.config, mla_core.store.schema, "
+        "mla_core.store.history, mla_core.bench.errors, mla_core.bench.comm, mla_core.store.engines, "
         "mla_core.bench.collectives\n"
-        "from mla_core.bench import validate_result, BenchConfig, history, KERNELS\n"
+        "from mla_core.bench import validate_result, BenchConfig, KERNELS\n"
+        "from mla_core.store import history\n"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -695,7 +696,7 @@ def test_gpu_absorbed_equals_recompute_in_fp32():
 
 
 def test_cli_save_stores_the_run_in_the_history(tmp_path, monkeypatch, capsys):
-    from mla_core.bench import history
+    from mla_core.store import history
 
     store = tmp_path / "history.sqlite3"
     monkeypatch.setenv(history.ENV_VAR, str(store))

@@ -1,4 +1,4 @@
-"""Tests of the local benchmark history (mla_core.bench.history, SQLite): no torch needed."""
+"""Tests of the local benchmark history (mla_core.store.history, SQLite): no torch needed."""
 from __future__ import annotations
 
 import csv
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mla_core.bench import history
-from mla_core.bench.errors import BenchError, InvalidResult
-from mla_core.bench.schema import validate_result
+from mla_core.store import history
+from mla_core.store.errors import BenchError, InvalidResult
+from mla_core.store.schema import validate_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ _WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
     from tests.test_bench_history import make_result
-    from mla_core.bench import history
+    from mla_core.store import history
     mode, n = sys.argv[1], int(sys.argv[2])
     if mode == "kill":
         for i in range(n):

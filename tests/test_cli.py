@@ -138,3 +138,53 @@ def test_cli_imports_no_heavy_modules():
             "print('HEAVY', heavy, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert "HEAVY []" in p.stderr, p.stderr
+
+
+def test_start_up_imports_only_what_the_answer_needs():
+    # benchmarks/cli_startup.py times start-up; this holds the import structure it depends on:
+    # `presets` builds no model (no dataclasses), `kv` loads neither typing nor inspect
+    # (mla_core.cli._import_dataclasses), and a dataclass without a docstring still gets its
+    # signature from the real inspect when one is made later.
+    probe = ("import sys, runpy; sys.argv=['mla_core', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('mla_core', run_name='__main__')\nexcept SystemExit: pass\n"
+             "print('LOADED', sorted(m for m in ('typing', 'inspect', 'dataclasses', 'mla_core.spec') "
+             "if m in sys.modules), file=sys.stderr)\n"
+             "import dataclasses\n"
+             "@dataclasses.dataclass\nclass X:\n    a: int\n"
+             "print('DOC', X.__doc__, file=sys.stderr)")
+    for args, loaded in ((["presets"], []),
+                         (["kv", "--model", "deepseek-v3", "--context", "131072", "--json"],
+                          ["dataclasses", "mla_core.spec"])):
+        p = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
+        assert f"LOADED {loaded}" in p.stderr, p.stderr
+        assert "DOC X(a: int)" in p.stderr, p.stderr
+
+
+def test_app_help_says_what_the_app_is_before_streamlits_options():
+    p = subprocess.run([sys.executable, "-m", "mla_core.entry", "app", "--help"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "usage: mla-explorer app [streamlit run options]"
+    assert lines[2].startswith("Serve the MLA explorer in a browser: how Multi-head Latent Attention")
+    intro, _, options = p.stdout.partition("\nOptions:\n")
+    assert "http://127.0.0.1:8501" in intro and "passed through unchanged" in intro
+    assert "--server.port" in options and "--server.address" in options  # Streamlit's own options follow
+    assert "Usage:" not in p.stdout and "mla_core.streamlit" not in p.stdout  # not Streamlit's usage line
+
+
+def test_make_test_fast_names_core_and_cli_test_files_only():
+    import re
+
+    text = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    block = re.search(r"^FAST_TESTS := (.*?)(?:\n\n|\n[a-z])", text, re.S | re.M).group(1)
+    files = re.findall(r"tests/\S+\.py", block)
+    assert files and all(os.path.isfile(os.path.join(ROOT, f)) for f in files)
+    assert "tests/test_cli.py" in files and "tests/test_kv.py" in files
+    for f in files:  # no page, browser, torch benchmark or install test in the fast tier
+        source = open(os.path.join(ROOT, f), encoding="utf-8").read()
+        imports = set(re.findall(r"^\s*(?:from|import) ([\w.]+)", source, re.M))
+        assert not {m for m in imports if m.split(".")[0] in ("streamlit", "playwright", "torch", "apptest_util",
+                                                              "browser_util")}, f
+    assert re.search(r"^test-fast: .*\n\t\$\(PY\) -m pytest -q \$\(FAST_TESTS\)$", text, re.M)
+    assert "\nmake test\n" in open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()  # CI runs it all

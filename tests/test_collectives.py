@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mla_core.bench import comm, history
-from mla_core.bench.schema import validate_result
+from mla_core.bench import comm
+from mla_core.store import history
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +160,7 @@ def test_link_bandwidth_refuses_other_results():
 
 
 def test_a_kernel_page_refuses_a_collectives_result(gloo_run):
-    from mla_core.bench.errors import InvalidResult
+    from mla_core.store.errors import InvalidResult
 
     _p, out, _env = gloo_run
     with pytest.raises(InvalidResult, match="collectives result, not a kernels result; import it in the Collectives"):

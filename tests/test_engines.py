@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mla_core.bench import engines, history
-from mla_core.bench.errors import InvalidResult
-from mla_core.bench.schema import validate_result
+from mla_core.store import engines, history
+from mla_core.store.errors import InvalidResult
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from mla_core.bench import disturbance, history, runlock
-from mla_core.bench.errors import BenchBusy, BenchError
+from mla_core.store import disturbance, history, runlock
+from mla_core.store.errors import BenchBusy, BenchError
 from test_bench_history import ROOT, make_result
 
 
@@ -195,7 +195,7 @@ def test_the_moved_aside_notice_is_kept_for_every_session_until_acknowledged(sto
     with pytest.warns(history.HistoryWarning):
         assert history.list_runs() == []  # the first session moves it aside
     history.pop_notices()  # that session's own in-process copy is gone
-    code = "from mla_core.bench import history; print([n['text'] for n in history.notices()])"
+    code = "from mla_core.store import history; print([n['text'] for n in history.notices()])"
     for _ in range(3):  # three more sessions, in other processes, each are told
         assert "moved it to" in _other_process(code, store)
     [notice] = history.notices()
@@ -242,7 +242,7 @@ def test_a_finished_or_failed_run_is_not_reported_as_interrupted(store):
 def test_a_second_run_is_refused_or_waits_while_another_process_holds_the_lock(store):
     code = """
         import sys, time
-        from mla_core.bench import runlock
+        from mla_core.store import runlock
         with runlock.machine_lock(source="cli"):
             print("held", flush=True)
             time.sleep(float(sys.argv[1]))
@@ -355,3 +355,263 @@ def test_other_sessions_reruns_during_an_app_run_are_its_evidence(store, monkeyp
     job = reg.take("owner-a")
     assert job.result["disturbed"]["evidence"]["other_sessions_reruns"] == 3
     assert history.list_runs()[0]["disturbed"] is True
+
+
+# --- a full disk never moves a healthy store aside (issue 20, section 2) ---------------------------------------
+# Measured on a real 256 KiB tmpfs (test_the_disk_full_sequence_on_a_real_tmpfs below): with the disk
+# full, opening a WAL store fails on its first statement with SQLITE_IOERR_SHMSIZE ("disk I/O
+# error", extended code 4874: SQLite cannot size the -shm index), and so does a `mode=ro`
+# connection; only an `immutable=1` one reads. Before the fix that error took the store for a
+# damaged one and moved runs 1-2 into history.sqlite3.corrupt-<time>, out of view.
+
+ENGINE_FILE = os.path.join(ROOT, "tests", "fixtures", "engines", "vllm_serve_dsv3_h200_tp8.json")
+
+
+def _shm_error() -> sqlite3.OperationalError:
+    e = sqlite3.OperationalError("disk I/O error")
+    e.sqlite_errorcode = 4874  # SQLITE_IOERR_SHMSIZE
+    e.sqlite_errorname = "SQLITE_IOERR_SHMSIZE"
+    return e
+
+
+class _NoShmIndex(sqlite3.Connection):
+    def execute(self, *args, **kwargs):
+        raise _shm_error()
+
+
+class FullDisk:
+    """fill(): every connection that needs the WAL index fails as SQLite does on a full disk, an
+    immutable read-only one works, and the file system reports 0 bytes free; free() undoes it."""
+
+    def __init__(self, monkeypatch):
+        self.mp, self.real = monkeypatch, sqlite3.connect
+
+    def fill(self):
+        real = self.real
+
+        def connect(database, *args, **kwargs):
+            if "immutable=1" not in str(database):
+                kwargs["factory"] = _NoShmIndex
+            return real(database, *args, **kwargs)
+
+        self.mp.setattr(sqlite3, "connect", connect)
+        self.mp.setattr(history, "_free_bytes", lambda path: 0, raising=False)
+
+    def free(self):
+        self.mp.setattr(sqlite3, "connect", self.real)
+        self.mp.setattr(history, "_free_bytes", lambda path: 10 << 30, raising=False)
+
+
+@pytest.fixture
+def disk(monkeypatch):
+    return FullDisk(monkeypatch)
+
+
+def _cli(capsys, *argv):
+    from mla_core import cli as top
+
+    status = top.main(list(argv))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def _moved_aside(store) -> list[str]:
+    return [p for p in os.listdir(store.parent) if ".corrupt-" in p]
+
+
+def test_the_disk_full_sequence_keeps_runs_1_and_2_in_view_through_the_cli(store, disk, capsys):
+    for n in (1, 2):
+        status, out, err = _cli(capsys, "bench", "import", ENGINE_FILE, "--label", f"r{n}")
+        assert status == 0 and f"saved as run {n} in {store}" in out, err
+    disk.fill()
+    status, out, err = _cli(capsys, "bench", "history")  # reading a full store
+    assert status == 0 and err == "" and [line.split()[0] for line in out.splitlines()[2:4]] == ["2", "1"]
+    assert "nothing was saved" not in out + err
+    status, out, err = _cli(capsys, "bench", "import", ENGINE_FILE, "--label", "r3")
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"mla_core bench import: error: disk full: the history store {store} could not grow "
+                          "(disk I/O error; 0 bytes free on its disk); nothing was saved and the store was left as it is")
+    assert _moved_aside(store) == [] and history.pop_notices() == []
+    disk.free()
+    status, out, err = _cli(capsys, "bench", "import", ENGINE_FILE, "--label", "r4")
+    assert status == 0 and f"saved as run 3 in {store}" in out, err
+    assert [(r["id"], r["label"]) for r in history.list_runs()] == [(3, "r4"), (2, "r2"), (1, "r1")]
+    assert _moved_aside(store) == [] and history.notices() == []
+
+
+def test_the_disk_full_sequence_keeps_runs_1_and_2_in_view_on_the_page(store, disk):
+    from apptest_util import no_exceptions, run_page, shown
+
+    ids = [history.save_run(make_result(n), label=f"r{n}") for n in (1, 2)]
+    disk.fill()
+    at = run_page("pages/benchmark.py")
+    no_exceptions(at)
+    assert list(at.dataframe[-1].value["id"]) == ids[::-1]  # the history table: both runs in view
+    assert f"The disk holding the history store {store} is full" in shown(at.warning)
+    assert "moved it to" not in shown(at.warning) and "nothing was saved" not in shown(at.error)
+    result = json.dumps(make_result(3)).encode()
+    at.file_uploader(key="_bench_upload").set_value(("r3.json", result, "application/json")).run()
+    no_exceptions(at)
+    assert "r3.json: disk full: the history store" in shown(at.error) and "nothing was saved" in shown(at.error)
+    assert _moved_aside(store) == []
+    disk.free()
+    at.file_uploader(key="_bench_upload").set_value(("r4.json", result, "application/json")).run()
+    no_exceptions(at)
+    assert "as run #3" in shown(at.success)
+    assert list(at.dataframe[-1].value["id"]) == [3, *ids[::-1]]
+    assert _moved_aside(store) == [] and history.notices() == []
+
+
+def test_only_a_failed_integrity_check_moves_a_store_and_the_user_is_told_the_path(store, capsys):
+    history.save_run(make_result(1))
+    with open(store, "r+b") as f:  # wreck the header: "file is not a database"
+        f.write(b"\x00" * 100)
+    with pytest.warns(history.HistoryWarning):
+        status, out, err = _cli(capsys, "bench", "history")
+    [aside] = [p for p in _moved_aside(store) if not p.endswith(("-wal", "-shm"))]
+    assert status == 0 and out.startswith(f"no runs saved in {store}")
+    assert err.startswith(f"mla_core bench history: note: history store {store} failed its integrity check ("
+                          f"file is not a database); moved it to {store.parent / aside} and started a new one")
+
+
+def _can_mount_tmpfs(where) -> bool:
+    if os.geteuid() != 0 or sys.platform != "linux":
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+def test_the_disk_full_sequence_on_a_real_tmpfs(tmp_path):
+    """The issue's sequence on a real 256 KiB tmpfs: two saves, fill it, save (disk full), free
+    space, save again: run 3, and runs 1-2 still in view. Needs root (skipped otherwise)."""
+    where = tmp_path / "tmpfs"
+    where.mkdir()
+    if not _can_mount_tmpfs(where):
+        pytest.skip("mounting a tmpfs needs root on Linux")
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), **{history.ENV_VAR: str(where / "history.sqlite3")})
+
+        def mla(*args):
+            return subprocess.run([sys.executable, "-m", "mla_core", "bench", *args], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=120)
+
+        for n in (1, 2):
+            assert f"saved as run {n}" in mla("import", ENGINE_FILE).stdout
+        with open(where / "fill", "wb", buffering=0) as f:  # unbuffered: nothing left to flush at close
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        listed = mla("history")
+        assert listed.returncode == 0 and "nothing was saved" not in listed.stdout + listed.stderr
+        full = mla("import", ENGINE_FILE)
+        assert full.returncode == 2 and "error: disk full:" in full.stderr and full.stderr.count("\n") == 1
+        os.remove(where / "fill")
+        assert "saved as run 3" in mla("import", ENGINE_FILE).stdout
+        data = json.loads(mla("history", "--json").stdout)
+        assert [r["id"] for r in data["runs"]] == [3, 2, 1]
+        assert not [p for p in os.listdir(where) if ".corrupt-" in p]
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+# --- engine files the importer refuses in one line, saving nothing (CLI and page) -------------------------------
+
+def _engine_record(**changes) -> dict:
+    with open(ENGINE_FILE, encoding="utf-8") as f:
+        rec = json.load(f)
+    rec.update(changes)
+    return rec
+
+
+BAD_ENGINE_FILES = [
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "the file is JSON nested too deeply to read"),
+    ("deep-lines.jsonl", '{"a": 1}\n' + '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n",
+     "line 2 is JSON nested too deeply to read"),
+    ("huge-rate.json", json.dumps(_engine_record(output_throughput=1e300)),
+     "line 1: output_throughput is 1e+300; more than 1,000,000,000 tokens/s is not a measurement"),
+    ("huge-batch.json", json.dumps(_engine_record(max_concurrency=10**12)),
+     "line 1: max_concurrency is 1,000,000,000,000; more than 1,048,576 requests at once is not a measurement"),
+    ("huge-ttft.json", json.dumps(_engine_record(median_ttft_ms=1e300)),
+     "line 1: median_ttft_ms is 1e+300; more than 10,000,000,000 ms is not a measurement"),
+    ("empty.json", "  \n", "the file is empty"),
+]
+
+
+@pytest.mark.parametrize("name, text, expected", BAD_ENGINE_FILES)
+def test_a_bad_engine_file_is_one_line_through_the_cli(store, tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{history.ENV_VAR: str(store)})
+    p = subprocess.run([sys.executable, "-m", "mla_core", "bench", "import", str(path), "--model", "deepseek-v3",
+                        "--gpu", "h200", "--tp", "8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert p.stderr.startswith(f"mla_core bench import: error: {expected}")
+    assert not store.exists()  # nothing was saved (the store was never even made)
+
+
+@pytest.mark.parametrize("name, text, expected", BAD_ENGINE_FILES)
+def test_a_bad_engine_file_is_one_line_on_the_page(store, name, text, expected):
+    from apptest_util import no_exceptions, run_page, shown
+
+    at = run_page("pages/benchmark.py")
+    at.file_uploader(key="_eng_upload").set_value((name, text.encode(), "application/json"))
+    at.button(key="_eng_import").click().run()
+    no_exceptions(at)
+    assert f"{name}: {expected}" in shown(at.error)
+    assert not store.exists() or history.list_runs() == []
+
+
+# --- plan --link-from-run names a command that exists and says what the run is ----------------------------------
+
+def test_link_from_run_help_names_bench_history_and_a_wrong_kind_is_named(store):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{history.ENV_VAR: str(store)})
+
+    def mla(*args):
+        return subprocess.run([sys.executable, "-m", "mla_core", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    text = " ".join(mla("plan", "--help").stdout.split())
+    assert "--link-from-run ID" in text and "`bench history --kind collectives` lists them" in text
+    assert mla("bench", "history", "--kind", "collectives").returncode == 0  # the command it names exists
+    assert mla("bench", "import", ENGINE_FILE).returncode == 0  # run 1: an engine import
+    p = mla("plan", "--model", "deepseek-v3", "--gpu", "h200", "--num-gpus", "8", "--input-len", "1000",
+            "--output-len", "100", "--link-from-run", "1")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("mla_core plan: error: run 1 is not a collectives run (it is an engine import); "
+                               "`python -m mla_core bench history --kind collectives` lists the collectives runs")
+
+
+# --- an empty file or paste says so -----------------------------------------------------------------------------------
+
+def test_an_empty_config_or_result_file_says_it_is_empty(tmp_path, store):
+    blank = tmp_path / "config.json"
+    blank.write_text(" \n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{history.ENV_VAR: str(store)})
+    for args, expected in ((("kv", "--config", str(blank), "--context", "10"),
+                            "mla_core kv: error: config.json is empty: there is no JSON in it"),
+                           (("bench", "--validate", str(blank)), "mla_core bench: error: result file is empty")):
+        p = subprocess.run([sys.executable, "-m", "mla_core", *args], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.startswith(expected) and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_an_empty_paste_says_so_and_keeps_the_model():
+    from apptest_util import app, no_exceptions, own_model, shown
+
+    at = own_model(app(model="llama-3.1-8b").run())
+    at.text_area(key="_paste").input("   ").run()
+    at.button[[b.label for b in at.button].index("Use the pasted config")].click().run()
+    no_exceptions(at)
+    assert "pasted config: config.json is empty: there is no JSON in it" in shown(at.error)
+    assert at.session_state["model"] == "llama-3.1-8b"
+
+
+def test_an_empty_result_upload_says_so(store):
+    from apptest_util import no_exceptions, run_page, shown
+
+    at = run_page("pages/benchmark.py")
+    at.file_uploader(key="_bench_upload").set_value(("empty.json", b"", "application/json")).run()
+    no_exceptions(at)
+    assert "empty.json: result file is empty: there is no JSON in it" in shown(at.error)

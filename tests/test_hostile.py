@@ -117,8 +117,8 @@ def test_huge_integers_in_a_result_are_refused_and_formatting_survives_them():
 
     import pytest
 
-    from mla_core.bench.errors import InvalidResult
-    from mla_core.bench.schema import validate_result
+    from mla_core.store.errors import InvalidResult
+    from mla_core.store.schema import validate_result
 
     sample = json.load(open(os.path.join(ROOT, "data", "samples", "cpu-2core-quick.json")))
     for path in (("device", "free_memory_bytes"), ("results", 3, "bytes"), ("results", 0, "shape", "buffer_bytes")):
@@ -156,8 +156,8 @@ def test_history_leaves_a_foreign_sqlite_file_alone(tmp_path):
 
     import pytest
 
-    from mla_core.bench import history
-    from mla_core.bench.errors import BenchError
+    from mla_core.store import history
+    from mla_core.store.errors import BenchError
 
     path = tmp_path / "other.sqlite3"
     conn = sqlite3.connect(path)
@@ -178,8 +178,8 @@ def test_history_reports_a_damaged_run_body(tmp_path):
 
     import pytest
 
-    from mla_core.bench import history
-    from mla_core.bench.errors import BenchError
+    from mla_core.store import history
+    from mla_core.store.errors import BenchError
 
     path = str(tmp_path / "h.sqlite3")
     sample = json.load(open(os.path.join(ROOT, "data", "samples", "cpu-2core-quick.json")))
@@ -201,8 +201,8 @@ def test_history_on_a_read_only_store_is_reported_not_moved_aside(tmp_path, monk
     import json
     import sqlite3
 
-    from mla_core.bench import history
-    from mla_core.bench.errors import BenchError
+    from mla_core.store import history
+    from mla_core.store.errors import BenchError
 
     path = str(tmp_path / "h.sqlite3")
     sample = json.load(open(os.path.join(ROOT, "data", "samples", "cpu-2core-quick.json")))

@@ -205,3 +205,46 @@ def test_installed_app_runs_its_default_page(installed):
     assert want.returncode == 0, want.stderr[-2000:]
     assert p.stdout == want.stdout
     assert "KV bytes per token: 68.6 KiB" in p.stdout.splitlines()  # DeepSeek-V3 at bf16: 70,272 B
+
+
+def test_app_help_of_the_installed_command_says_what_the_app_is(installed):
+    p = _run(installed, "app", "--help")
+    assert p.returncode == 0, p.stderr[-1000:]
+    assert p.stdout.startswith("usage: mla-explorer app [streamlit run options]\n\nServe the MLA explorer in a browser")
+    assert "\nOptions:\n" in p.stdout and "--server.port" in p.stdout
+
+
+def test_the_installed_benchmark_page_gives_the_installed_copys_advice(installed):
+    venv, work, env = installed
+    code = (
+        "import os, sys\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        "at = AppTest.from_file(os.path.join(sys.argv[1], 'app.py'), default_timeout=120).run()\n"
+        "at.switch_page('pages/benchmark.py').run()\n"
+        "assert not at.exception, [x.message for x in at.exception]\n"
+        "print(' '.join(str(e.proto) for e in at.main))\n"
+    )
+    app = _run_py(installed, "import mla_core.entry as e; print(e.app_root())").stdout.strip()
+    p = subprocess.run([_venv_python(venv), "-c", code, app], capture_output=True, text=True, cwd=work,
+                       env=dict(env, MLA_EXPLORER_HISTORY=os.path.join(work, "h.sqlite3")), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for absent in ("requirements.txt", "benchmarks/gpu_h200.sh", "tests/fixtures/engines"):
+        assert absent not in p.stdout, absent  # an installed copy has none of them
+    assert "mla-explorer bench --device cuda --out result.json" in p.stdout
+    setup = json.loads(_run_py(installed, "import json, mla_core.install as i; print(json.dumps(i.setup().to_dict()))")
+                       .stdout)
+    assert setup["checkout"] is False and setup["torch_install"] == "pip install 'mla-explorer[bench]'"
+    assert setup["h200_script"] is None and setup["engine_samples"] is None
+
+
+def test_the_store_ships_with_its_schemas(installed):
+    code = ("import os, mla_core.store.schema as s; print(sorted(os.path.basename(p) for p in s.SCHEMA_PATHS.values() "
+            "if os.path.isfile(p)))")
+    assert _run_py(installed, code).stdout.strip() == str(sorted(
+        ["result.schema.json", "collectives.schema.json", "engine.schema.json", "profile.schema.json"]))
+
+
+def _run_py(installed, code: str):
+    venv, work, env = installed
+    return subprocess.run([_venv_python(venv), "-c", code], capture_output=True, text=True, cwd=work, env=env,
+                          timeout=120)

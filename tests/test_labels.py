@@ -108,7 +108,7 @@ def test_pages_follow_the_token_rule():
 
 def test_history_caption_shows_no_server_path(tmp_path, monkeypatch):
     from apptest_util import plain, run_page
-    from mla_core.bench import history
+    from mla_core.store import history
 
     monkeypatch.setenv(history.ENV_VAR, str(tmp_path / "private" / "runs.sqlite3"))
     at = run_page("pages/benchmark.py")

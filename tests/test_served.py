@@ -22,8 +22,8 @@ import tomllib
 import pytest
 
 from apptest_util import PAGES, ROOT, app, no_exceptions, plain, run_page
-from mla_core.bench import history
-from mla_core.bench.schema import MAX_RESULT_BYTES
+from mla_core.store import history
+from mla_core.store.schema import MAX_RESULT_BYTES
 from mla_core.config import MAX_CONFIG_BYTES
 from ui import bench_runs, charts
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from mla_core.bench import history
-from mla_core.bench.schema import validate_result
+from mla_core.store import history
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 
 from . import bench_runs, measured
@@ -20,7 +20,6 @@ GB, TFLOP, MiB = 1e9, 1e12, 1 << 20  # display units: B/s per GB/s, flop/s per T
 POLL_S = 1.0  # the run panel refreshes this often while a benchmark waits or runs
 UNSAVED = "unsaved"
 MAX_MESSAGES = 10
-H200_SCRIPT = "benchmarks/gpu_h200.sh"
 ss = st.session_state
 
 
@@ -72,6 +71,11 @@ def history_status() -> None:
         if os.path.exists(history.default_path()) and not history.writable():
             st.warning(escape_md(f"The history store {history.default_path()} is read-only: its runs are shown, but "
                                  f"new runs and imports cannot be saved (set {history.ENV_VAR} to a writable path).",
+                                 600))
+        elif os.path.exists(history.default_path()) and history.disk_full():
+            st.warning(escape_md(f"The disk holding the history store {history.default_path()} is full: its runs are "
+                                 "shown, but new runs and imports cannot be saved until some space is freed (or "
+                                 f"{history.ENV_VAR} points at another disk). Nothing in the store is moved or lost.",
                                  600))
     except MLAError as e:
         st.error(escape_md(f"History: {e}", 600))

@@ -1,15 +1,16 @@
-"""The benchmark page's comparison of devices: runs side by side per kernel (mla_core.bench.report)."""
+"""The benchmark page's comparison of devices: runs side by side per kernel (mla_core.store.report)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from mla_core.bench import report
+from mla_core import install
+from mla_core.store import report
 from mla_core.errors import MLAError
 from mla_core.units import format_rate, format_seconds
 
 from . import charts, measured
-from .bench_common import GB, H200_SCRIPT, TFLOP, load
+from .bench_common import GB, TFLOP, load
 from .charts import go
 from .text import escape_md, frame
 
@@ -28,7 +29,8 @@ def compare(cat, present: bool) -> None:
                        "unless this is on.")
         st.multiselect("Runs to compare (history and samples)", cmp_options, key="_bench_compare",
                        format_func=lambda k: labels.get(k, k),
-                       help="e.g. this machine's run and an imported H200 result (made by benchmarks/gpu_h200.sh).")
+                       help="e.g. this machine's run and an imported H200 result (made by "
+                            f"`{install.setup().measure_elsewhere}` on an H200).")
         c1, c2 = st.columns(2)
         c1.toggle("Match kernels by shape too", key="_bench_cmp_by_shape",
                   help="Off: one row per kernel, each run's first shape (devices usually run different shapes). "
@@ -37,7 +39,7 @@ def compare(cat, present: bool) -> None:
     chosen = ss["_bench_compare"]
     if len(chosen) < 2:
         st.info(f"Pick two or more runs to set them side by side: e.g. a committed sample and a result imported from a "
-                f"GPU (`bash {H200_SCRIPT}` makes one on an H200).")
+                f"GPU (`{install.setup().measure_elsewhere}` makes one on an H200).")
     else:
         named, head = [], []
         for key in chosen:

@@ -1,15 +1,16 @@
-"""The benchmark page's import section and history (SQLite, mla_core.bench.history): import a
+"""The benchmark page's import section and history (SQLite, mla_core.store.history): import a
 result JSON, select, show, compare, export and delete runs."""
 from __future__ import annotations
 
 import streamlit as st
 
-from mla_core.bench import history
-from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
+from mla_core import install
+from mla_core.store import history
+from mla_core.store.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 
 from . import measured
-from .bench_common import H200_SCRIPT, flush, history_status, notices, say, set_shown
+from .bench_common import flush, history_status, notices, say, set_shown
 from .text import display_path, escape_md, frame
 
 ss = st.session_state
@@ -43,14 +44,17 @@ def _on_upload() -> None:
 def import_result(present: bool) -> None:
     """Import a result made elsewhere (checked against the schema, saved in the history)."""
     with st.expander("Import a result from another machine", expanded=not present):
-        st.file_uploader("A result JSON written by `python -m mla_core bench --out FILE.json` (at most 1 MiB; Streamlit "
+        here = install.setup()
+        st.file_uploader(f"A result JSON written by `{here.cli} bench --out FILE.json` (at most 1 MiB; Streamlit "
                          "writes its limit as 1MB, meaning 2^20 bytes)", type=["json"], key="_bench_upload",
                          on_change=_on_upload)
         st.text_input("Label for the import (optional; default: the file name)", key="_bench_import_label",
                       max_chars=200)
-        st.caption(f"No H200 measurement is committed yet: `bash {H200_SCRIPT}` on an H200 writes one "
-                   "(out/h200-bench-<time>.json, checked against the schema); import it here to set it beside this "
-                   "machine. Files are checked against mla_core/bench/result.schema.json: at most 1 MiB, no negative, "
+        st.caption(f"No H200 measurement is committed yet: `{here.measure_elsewhere}` on an H200 writes one "
+                   + ("(out/h200-bench-<time>.json, checked against the schema)" if here.h200_script else
+                      f"(with torch there: `{here.torch_install}`)")
+                   + "; import it here to set it beside this "
+                   "machine. Files are checked against mla_core/store/result.schema.json: at most 1 MiB, no negative, "
                    "zero or non-finite times.")
     flush("import")
 
@@ -107,7 +111,8 @@ def history_section(cat) -> None:
     runs, labels = cat.runs, cat.labels
     st.subheader("History")
     st.caption(f"Every run and import is saved in one SQLite transaction in {escape_md(display_path(history.default_path()), 300)} "
-               f"(set {history.ENV_VAR} to keep it elsewhere). A damaged file is moved aside, never deleted.")
+               f"(set {history.ENV_VAR} to keep it elsewhere). Only a file that fails SQLite's integrity check is "
+               "moved aside (and you are told where), never deleted; a full or read-only disk moves nothing.")
     flush("history")
     history_status()
 

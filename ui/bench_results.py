@@ -1,10 +1,10 @@
 """The benchmark page's results section: the shown run's ceilings against the datasheet, every
-kernel with its prediction (mla_core.bench.report), and the measured roofline."""
+kernel with its prediction (mla_core.store.report), and the measured roofline."""
 from __future__ import annotations
 
 import streamlit as st
 
-from mla_core.bench import report
+from mla_core.store import report
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_count, format_intensity, format_rate, format_seconds
 

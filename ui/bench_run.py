@@ -7,8 +7,9 @@ import os
 
 import streamlit as st
 
-from mla_core.bench import report, runlock
-from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS, MAX_REPS
+from mla_core.store import report, runlock
+from mla_core.bench.config import DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS, MAX_REPS, memory_check
+from mla_core import install
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_seconds
 
@@ -58,7 +59,7 @@ def _setup() -> None:
         from mla_core.bench import device as bench_device
         devices = [(kind, bench_device.device_info(kind)["name"]) for kind in bench_device.available_devices()]
     except ImportError as e:
-        say("run", "error", f"The benchmark needs torch ({e}); pip install -r requirements.txt. "
+        say("run", "error", f"The benchmark needs torch ({e}); `{install.setup().torch_install}` adds it. "
                              "Imports, history and comparison work without it.")
         return
     except MLAError as e:
@@ -90,7 +91,7 @@ def _plan():
     cfg = bench_run.resolve_config(_widget_config())
     est = bench_run.estimate_bytes(cfg)
     free = bench_device.device_info(cfg.device, cfg.dtype)["free_memory_bytes"]
-    return cfg, est, free, report.memory_check(est, free)
+    return cfg, est, free, memory_check(est, free)
 
 
 def _start(reg, owner: str) -> None:
@@ -146,22 +147,35 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
                           f"{holder.get('started', '')}); a run started here waits for it.", 400))
 
 
-def measure(reg, owner: str, present: bool) -> None:
-    """The section: progress of any run, then setup or the settings and the run button."""
-    st.subheader("Measure this machine")
+def _beside_the_button(reg, owner: str, polling: bool) -> None:
+    """What a click leads to, drawn right under the button that was clicked: the section's
+    messages (finished, failed, cancelled) and the live progress panel."""
     flush("run")
+    st.fragment(run_every=POLL_S if polling else None)(_run_panel)(reg, owner, polling)
+
+
+def measure(reg, owner: str, present: bool) -> None:
+    """The section: setup or the settings and the run button, then (beside the button) the
+    progress of any run and how the last one ended."""
+    st.subheader("Measure this machine")
     active_now = reg.active()
     busy_now = api_busy()
     mine_now = reg.job(owner)
     mine_active = mine_now is not None and mine_now.state in bench_runs.ACTIVE
     polling = bool(active_now) or busy_now or mine_active
-    st.fragment(run_every=POLL_S if polling else None)(_run_panel)(reg, owner, polling)
 
     if not ss.get("_bench_setup"):
+        here = install.setup()
+        if not here.torch_installed:
+            st.warning(f"torch is not installed in this copy, so this machine cannot be measured from here: "
+                       f"`{here.torch_install}` adds it (then reload the page). Imports, the history and "
+                       "comparisons below work without it.")
         st.button("Set up a run on this machine", key="_bench_setup_button", on_click=_setup,
+                  disabled=not here.torch_installed,
                   help="Loads torch (a few seconds the first time), lists this machine's devices and sizes the "
                        "defaults to the free memory. Nothing runs until you press Run.")
-        st.caption("Or measure from a shell: `.venv/bin/python -m mla_core bench --device cpu --quick --out result.json` "
+        _beside_the_button(reg, owner, polling)
+        st.caption(f"Or measure from a shell: `{here.cli} bench --device cpu --quick --out result.json` "
                    "and import the file below.")
     else:
         devices = dict(ss.get("_bench_devices") or [("cpu", "CPU")])
@@ -223,4 +237,5 @@ def measure(reg, owner: str, present: bool) -> None:
         st.button("Queue the benchmark (it starts when the running one finishes)" if others_first
                   else "Run the benchmark", key="_bench_run", type="primary", on_click=_start, args=(reg, owner),
                   disabled=not ready or mine_active)
+        _beside_the_button(reg, owner, polling)
 

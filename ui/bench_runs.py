@@ -11,13 +11,13 @@ in a thread of the server process, and every session polls the one server-wide `
 - `progress(done, total, label)` from the run moves the job to "running" and records where
   it is; `cancel(owner)` sets the job's event: the run stops at its next repetition and frees
   its tensors (mla_core.bench.run), a waiting job never starts;
-- a finished run is saved to the history (`mla_core.bench.history.save_run`, source 'local')
+- a finished run is saved to the history (`mla_core.store.history.save_run`, source 'local')
   by the thread itself, so that it is kept even if its session has gone;
 - `take(owner)` hands a finished job to its session once; finished jobs nobody took are
   dropped after `KEEP_FINISHED_S`.
 - `note_rerun(session)` (ui.state.init, every rerun of every session) counts page reruns per
   session; a run's result gets `other_sessions_reruns`, the reruns of other sessions while it
-  measured, as evidence of disturbance (mla_core.bench.disturbance): they share its CPUs and
+  measured, as evidence of disturbance (mla_core.store.disturbance): they share its CPUs and
   the same process, so the run's own "other processes" figure cannot see them.
 torch is imported by the worker thread only (through mla_core.bench.run).
 """
@@ -185,7 +185,7 @@ class Registry:
                 setattr(job, k, v)
 
     def _work(self, job: Job) -> None:
-        from mla_core.bench import disturbance, history
+        from mla_core.store import disturbance, history
         from mla_core.bench.errors import BenchBusy, BenchCancelled
 
         def progress(done: int, total: int, label: str) -> None:
@@ -199,7 +199,9 @@ class Registry:
             try:
                 from mla_core.bench import run as bench_run  # imports torch, in this thread only
             except ImportError as e:
-                raise MLAError(f"the benchmark needs torch ({e}); pip install -r requirements.txt") from None
+                from mla_core.install import setup
+
+                raise MLAError(f"the benchmark needs torch ({e}); {setup().torch_install}") from None
             while True:
                 if job.cancel.is_set():
                     raise BenchCancelled("benchmark cancelled before it started; nothing was allocated")
@@ -239,5 +241,5 @@ _REGISTRY = Registry()
 
 def registry() -> Registry:
     """The server process's registry (one per process; runs of every process on the machine
-    exclude each other through mla_core.bench.runlock)."""
+    exclude each other through mla_core.store.runlock)."""
     return _REGISTRY

@@ -13,8 +13,9 @@ import os
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
-from mla_core.bench import comm, history
-from mla_core.bench.schema import MAX_RESULT_BYTES, validate_result
+from mla_core.bench import comm
+from mla_core.store import history
+from mla_core.store.schema import MAX_RESULT_BYTES, validate_result
 from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_seconds
 

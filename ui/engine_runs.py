@@ -1,6 +1,6 @@
 """Benchmark page section: imported engine runs (vLLM, SGLang) against the serving model.
 
-Importing is `mla_core.bench.engines.load_engine_file` + `history.save_run`; every figure drawn
+Importing is `mla_core.store.engines.load_engine_file` + `history.save_run`; every figure drawn
 comes from `engines.compare(run)` (measured, predicted, error in percent, the bound flag). No
 arithmetic here. The measured link bandwidth chosen in the collectives section
 (`ui.collectives.LINK_KEY`) feeds the comparison's communication terms when it is set.
@@ -12,8 +12,9 @@ import os
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
-from mla_core.bench import engines, history
-from mla_core.bench.schema import validate_result
+from mla_core import install
+from mla_core.store import engines, history
+from mla_core.store.schema import validate_result
 from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import format_seconds
@@ -72,7 +73,7 @@ def section(present: bool = False) -> None:
                "`python -m sglang.bench_one_batch --result-filename` (JSONL), each point set beside the serving "
                "model's plan at the same model, GPU, split, lengths and batch (or concurrency). The model's times are "
                "lower bounds and its rates upper bounds: a measured figure that beats one is a modelling error. Or "
-               "from a shell: `python -m mla_core bench import FILE --model M --gpu G --tp N`.")
+               f"from a shell: `{install.setup().cli} bench import FILE --model M --gpu G --tp N`.")
     _defaults()
     with st.expander("Import an engine result", expanded=False):
         st.file_uploader("The engine's output file (at most 1 MiB here; larger ones with `bench import FILE`)", type=["json", "jsonl"], key="_eng_upload")
@@ -96,7 +97,9 @@ def section(present: bool = False) -> None:
         st.error(escape_md(f"History: {e}", 400))
         return
     if not runs:
-        st.info("No engine run imported yet (samples of each format: tests/fixtures/engines).")
+        samples = install.setup().engine_samples
+        st.info("No engine run imported yet" + (f" (samples of each format: {samples})." if samples else
+                                                 ": import the file your engine's benchmark wrote."))
         return
     ids = [r["id"] for r in runs]
     labels = {r["id"]: f"#{r['id']} {r.get('label') or ''} ({r.get('device_name') or ''})" for r in runs}

@@ -1,10 +1,10 @@
-"""The KV page's layer map: one cell per layer, coloured by what it caches (mla_core.kv.layer_map)."""
+"""The KV page's layer map: one cell per layer, coloured by what it caches (mla_core.layermap.layer_map)."""
 from __future__ import annotations
 
 from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
-from mla_core.kv import LayerMap
+from mla_core.layermap import LayerMap
 from mla_core.units import format_bytes, format_tokens
 from ui import charts
 

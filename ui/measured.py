@@ -2,7 +2,7 @@
 
 The benchmark page stores its latest result in `st.session_state["bench_result"]`; committed
 samples live in `data/samples/*.json`. Both use the result format of
-`mla_core/bench/result.schema.json`: `{"device": {"name": ...}, "results": [{"kernel": ...,
+`mla_core/store/result.schema.json`: `{"device": {"name": ...}, "results": [{"kernel": ...,
 "bytes": int, "flops": int, "median_s": float, "achieved_GBps": float, "achieved_TFLOPs": float,
 "predicted_s": float, ...}], "ceilings": {...}}`.
 

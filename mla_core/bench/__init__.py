@@ -6,7 +6,7 @@ sets each measurement beside the roofline time that mla_core's own formulas pred
 measured ceilings (docs/model.md, "Measuring on the local device").
 
 Python API (what the app's benchmark page uses; names are imported lazily, and only `run`,
-`device`, `timing` and `kernels` import torch):
+`device`, `timing`, `kernels` and `collectives`' measurement import torch):
 
     available_devices() -> list[str]                 e.g. ['cuda', 'cpu']; always ends in 'cpu'
     device_info(device='auto', dtype='auto') -> dict the `device` block below; allocates nothing
@@ -24,20 +24,18 @@ Python API (what the app's benchmark page uses; names are imported lazily, and o
     is_busy() -> bool                                a run holds the lock now
     validate_result(obj_or_bytes) -> dict            check an imported result (schema, 1 MiB cap)
     plan_points(config, dtype) -> list[dict]         every point with its estimated bytes
+    memory_check(estimated_bytes, free_bytes) -> dict whether a planned run fits (80% of free)
     BenchConfig, coerce_config, KERNELS
-    history                                          local SQLite store of runs and imports:
-        save_run(result, source='local'|'import', label=None) -> int, list_runs(),
-        get_run(id), delete_run(id), export_json(ids), export_csv(ids), pop_notices(),
-        notices() / acknowledge_notice(id), interrupted_runs() / acknowledge_interrupted(id),
-        begin_run / end_run, writable(); StoreFull, StoreReadOnly
-    disturbance                                      assess(evidence, cpus, kind): the `disturbed`
-                                                     block every result carries; thresholds
-    runlock                                          machine_lock(source, wait), holder()
 
-Errors (all `mla_core.errors.MLAError`, one line): BenchError and its subclasses
-DeviceUnavailable, OversizeRequest (refused before any allocation: the planned peak exceeds 80%
-of free memory), OutOfMemory (raised mid-run; tensors freed, CUDA/MPS cache emptied),
-BenchBusy, BenchCancelled, InvalidResult, UntrustedRun (a run disturbed beyond trust: refused).
+The torch-free half (the SQLite history, the result schemas, the report the page draws,
+engine-result import, the machine's run lock, the disturbance assessment, kernel profiles)
+is `mla_core.store`, which never imports this package; this package imports it.
+
+Errors (all `mla_core.errors.MLAError`, one line): BenchError and its subclasses BenchBusy,
+BenchCancelled, InvalidResult (these four from mla_core.store.errors), DeviceUnavailable,
+OversizeRequest (refused before any allocation: the planned peak exceeds 80% of free memory),
+OutOfMemory (raised mid-run; tensors freed, CUDA/MPS cache emptied), UntrustedRun (a run
+disturbed beyond trust: refused).
 
 Command line: `python -m mla_core bench [--device auto|cpu|cuda|mps] [--quick] [--dtype D]
 [--batch B[,B...]] [--context N[,N...]] [--heads H] [--kernels K,...] [--skip-oversize]
@@ -92,14 +90,16 @@ _PUBLIC = {
     "estimate_bytes": "run",
     "run_benchmark": "run",
     "is_busy": "run",
-    "validate_result": "schema",
-    "result_schema": "schema",
-    "SCHEMA_VERSION": "schema",
+    "validate_result": "..store.schema",
+    "result_schema": "..store.schema",
+    "SCHEMA_VERSION": "..store.schema",
     "BenchConfig": "config",
     "coerce_config": "config",
     "plan_points": "config",
     "KERNELS": "config",
+    "memory_check": "config",
     "BenchError": "errors",
+    "UntrustedRun": "errors",
     "DeviceUnavailable": "errors",
     "OversizeRequest": "errors",
     "OutOfMemory": "errors",
@@ -108,18 +108,16 @@ _PUBLIC = {
     "InvalidResult": "errors",
 }
 
-__all__ = sorted(_PUBLIC) + ["history"]
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
     import importlib
 
-    if name == "history":
-        return importlib.import_module(".history", __name__)
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'mla_core.bench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name)
     globals()[name] = value
     return value
 

@@ -8,7 +8,8 @@
         [--json] [--progress | --no-progress] [--wait] [--save [--label TEXT]]
     python -m mla_core bench --validate FILE.json
     torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
-    python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.bench.engines)
+    python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.store.engines)
+    python -m mla_core bench history [--kind KIND] [--json]             (mla_core.store.cli)
 
 The decode kernels run the attention shape of `--model` (default DeepSeek-V3) or `--config`,
 scaled down in batch and context (never in heads or widths) to fit the device, and the result
@@ -21,7 +22,7 @@ one line on stderr: unknown flags or values, an unavailable device, shapes that 
 in 80% of the device's free memory (refused before allocating), out-of-memory during the run,
 an unwritable --out, a run stopped by SIGTERM (e.g. `timeout`; its memory is freed first),
 another benchmark running on this machine (without --wait; the lock file beside the history is
-shared with the app), a run disturbed beyond trust (mla_core.bench.disturbance), a result that
+shared with the app), a run disturbed beyond trust (mla_core.store.disturbance), a result that
 could not be saved (--save: disk full, read-only store; the table is printed and --out written
 first). A disturbed run is kept and says so on stderr. Ctrl-C exits 130 after freeing the run's
 memory.
@@ -34,11 +35,11 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 
 from ..errors import MLAError
+from ..store.files import check_out, write_json
 from .config import DEVICE_CHOICES, DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS
 
 PROG = "mla_core bench"
@@ -218,10 +219,14 @@ def main(argv: list[str] | None = None) -> int:
         from .collectives import main as collectives_main
 
         return collectives_main(argv[1:])
-    if argv and argv[0] == "import":  # engine benchmark results: mla_core.bench.engines
-        from .engines import main as import_main
+    if argv and argv[0] == "import":  # engine benchmark results: mla_core.store.engines
+        from ..store.engines import main as import_main
 
         return import_main(argv[1:])
+    if argv and argv[0] == "history":  # the stored runs and their ids: mla_core.store.cli
+        from ..store.cli import main as history_main
+
+        return history_main(argv[1:])
     bar = _Bar(sys.stderr, False)
     try:
         args = build_parser().parse_args(argv)
@@ -237,11 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.skip_oversize:
             overrides["skip_oversize"] = True
         if args.out:
-            _check_out(args.out)
+            check_out(args.out)
         try:
             from .run import default_config, run_benchmark
         except ImportError as e:  # torch missing or broken: the analytic commands still work
-            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
+            from ..install import setup
+
+            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e}); `{setup().torch_install}` adds "
+                              "it") from None
 
         model = args.model
         if args.config:
@@ -256,10 +264,10 @@ def main(argv: list[str] | None = None) -> int:
             result = run_benchmark(config, progress=bar, cancel=cancel, wait=bool(args.wait), source="cli")
         bar.clear()
         if args.out:
-            _write_json(args.out, result)
+            write_json(args.out, result)
         save_error = None
         if args.save:
-            from . import history
+            from ..store import history
 
             try:
                 run_id = history.save_run(result, source="local", label=args.label)
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 def _report_history() -> None:
     """Tell the user, before a run, what the history has to say: runs cut short by a process
     that died, and notices (a corrupt store moved aside) not yet acknowledged."""
-    from . import history
+    from ..store import history
 
     try:
         for r in history.interrupted_runs():
@@ -338,69 +346,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:600]
 
 
-def _check_out(path: str) -> None:
-    """Refuse an --out that cannot be written, before spending minutes measuring."""
-    from .errors import BenchError
-
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise BenchError(f"--out {path} is a folder; give a file name")
-    if not os.path.isdir(folder):
-        try:
-            os.mkdir(folder)  # one level, like the README's out/
-        except OSError as e:
-            raise BenchError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
-    if not os.access(folder, os.W_OK):
-        raise BenchError(f"--out: folder {folder} is not writable")
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _write_json(path: str, result: dict) -> None:
-    """Write atomically: a temporary file in the same folder, then rename over `path`."""
-    from .errors import BenchError
-
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=folder)
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(result, f, indent=2, allow_nan=False)
-                f.write("\n")
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file follows the user's umask
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError as e:
-        raise BenchError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-def _umask() -> int:
-    """The process umask: from /proc (no change of state), else by setting and restoring it."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _validate_file(path: str) -> int:
-    from .errors import BenchError
-    from .schema import MAX_RESULT_BYTES, validate_result
+    from ..store.errors import BenchError
+    from ..store.schema import MAX_RESULT_BYTES, validate_result
 
     import os
     import stat

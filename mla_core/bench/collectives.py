@@ -20,7 +20,7 @@ Each op's result is checked once (every rank fills its buffer with rank + 1; the
 gathered chunks must come back exact) before it is timed.
 
 Only rank 0 prints, writes `--out` (with the user's umask) and saves to the history (`--save`:
-the same SQLite store as the kernel benchmark, `mla_core.bench.history`). Without torchrun
+the same SQLite store as the kernel benchmark, `mla_core.store.history`). Without torchrun
 (no RANK / WORLD_SIZE in the environment) it prints how to start it and exits 2.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ import sys
 import time
 
 from ..errors import MLAError
+from ..store.files import check_out, write_json
 from . import comm
 from .errors import BenchError
 
@@ -116,23 +117,22 @@ def main(argv: list[str] | None = None) -> int:
             print(LAUNCH_HINT, file=sys.stderr)
             return 2
         if args.out:
-            from .cli import _check_out
-
             if int(os.environ.get("RANK", "0")) == 0:
-                _check_out(args.out)
+                check_out(args.out)
         try:
             result = run_collectives(sizes=args.sizes, ops=args.ops, device=args.device, dtype=args.dtype,
                                      quick=args.quick, reps=args.reps, warmup=args.warmup, budget_s=args.budget_s)
         except ImportError as e:
-            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e})") from None
+            from ..install import setup
+
+            raise _UsageError(f"{PROG}: error: the benchmark needs torch ({e}); `{setup().torch_install}` adds "
+                              "it") from None
         if result is None:  # not rank 0
             return 0
         if args.out:
-            from .cli import _write_json
-
-            _write_json(args.out, result)
+            write_json(args.out, result)
         if args.save:
-            from . import history
+            from ..store import history
 
             run_id = history.save_run(result, source="local", label=args.label)
             print(f"saved as run {run_id} in {history.default_path()}", file=sys.stderr)

@@ -179,11 +179,17 @@ def link_bandwidth(result: dict, op: str = "all_reduce") -> LinkBandwidth:
 
 
 def stored_link_bandwidth(run_id: int, op: str = "all_reduce", *, path: str | None = None) -> LinkBandwidth:
-    """`link_bandwidth` of a collectives run in the history (`mla_core.bench.history`), e.g. for
-    a planner's `--link-from-run ID`. Raises BenchError for an unknown id, MLAError otherwise."""
-    from . import history
+    """`link_bandwidth` of a collectives run in the history (`mla_core.store.history`), e.g. for
+    a planner's `--link-from-run ID`. Raises BenchError for an unknown id, MLAError for a run of
+    another kind ("run 3 is not a collectives run (it is an engine import)") and otherwise."""
+    from ..store import history
+    from ..store.schema import kind_name, result_kind
 
-    return link_bandwidth(history.get_run(run_id, path=path)["result"], op)
+    result = history.get_run(run_id, path=path)["result"]
+    if result_kind(result) != "collectives":
+        raise MLAError(f"run {run_id} is not a collectives run (it is {kind_name(result_kind(result))}); "
+                       "`python -m mla_core bench history --kind collectives` lists the collectives runs")
+    return link_bandwidth(result, op)
 
 
 @dataclass(frozen=True)

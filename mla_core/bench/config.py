@@ -18,20 +18,10 @@ from ..kv import kv_cache_bytes
 from ..roofline import attention_flops_per_token_layer
 from ..config import synthetic_model
 from ..spec import ModelSpec
+from ..store.schema import DECODE_KERNELS, KERNELS
 from .errors import BenchError
 
-KERNELS: tuple[str, ...] = (
-    "copy",  # dst.copy_(src): BabelStream Copy, counts read + write (2N bytes for N copied)
-    "read",  # src.sum(): a read-only reduction, counts N bytes
-    "matmul",  # C = A @ B, square n x n at the run dtype: 2 n^3 flops
-    "mha_decode",  # SDPA, n_kv = n_h
-    "gqa_decode",  # SDPA, n_kv = gqa_groups, K/V read once per group
-    "mqa_decode",  # SDPA, n_kv = 1
-    "mla_absorbed_decode",  # W_UK folded into the query, attention over the latent + RoPE key
-    "mla_recompute_decode",  # per-head K and V rebuilt from the latent every step
-)
 CEILING_KERNELS = KERNELS[:3]
-DECODE_KERNELS = KERNELS[3:]
 SDPA_KERNELS = DECODE_KERNELS[:3]
 MLA_KERNELS = DECODE_KERNELS[3:]
 MLA_PATH = {"mla_absorbed_decode": "absorbed", "mla_recompute_decode": "recompute"}
@@ -335,3 +325,14 @@ def peak_bytes(config: BenchConfig, dtype: str) -> int:
     Points run one after another and free their tensors in between."""
     points = plan_points(config, dtype)
     return max(p["estimated_bytes"] for p in points) + config.flush_bytes
+
+
+def memory_check(estimated_bytes: int, free_bytes: int | None) -> dict:
+    """Whether a run planned at `estimated_bytes` (peak device memory) fits: limit_bytes =
+    floor(MEMORY_HEADROOM x free), fits, share (estimate / free). With free unknown (None), the
+    run may go (the benchmark cannot check either) and limit_bytes and share are None."""
+    if free_bytes is None:
+        return {"limit_bytes": None, "fits": True, "share": None, "headroom": MEMORY_HEADROOM}
+    limit = int(MEMORY_HEADROOM * free_bytes)
+    return {"limit_bytes": limit, "fits": estimated_bytes <= limit,
+            "share": estimated_bytes / free_bytes if free_bytes > 0 else None, "headroom": MEMORY_HEADROOM}

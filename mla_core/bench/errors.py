@@ -1,15 +1,16 @@
-"""Errors of the microbenchmark (no torch here).
+"""Errors of the torch measurement (no torch here).
 
-All are `mla_core.errors.MLAError`, so the command line turns them into exit status 2 with one
-line on stderr and the app into `st.error`, like every other bad input.
+The family's base and the errors the store shares with every run (`BenchError`, `BenchBusy`,
+`BenchCancelled`, `InvalidResult`) live in `mla_core.store.errors` and are importable from here
+too; the ones below are raised by a measurement only. All are `mla_core.errors.MLAError`: exit
+status 2 with one line on the command line, `st.error` in the app.
 """
 from __future__ import annotations
 
-from ..errors import MLAError
+from ..store.errors import BenchBusy, BenchCancelled, BenchError, InvalidResult
 
-
-class BenchError(MLAError):
-    """A benchmark request that cannot run or a run that could not finish (one line)."""
+__all__ = ["BenchError", "BenchBusy", "BenchCancelled", "InvalidResult", "DeviceUnavailable", "OversizeRequest",
+           "OutOfMemory", "UntrustedRun"]
 
 
 class DeviceUnavailable(BenchError):
@@ -24,18 +25,5 @@ class OutOfMemory(BenchError):
     """The device ran out of memory during a run; the run's tensors have been freed."""
 
 
-class BenchBusy(BenchError):
-    """Another benchmark holds the lock (one run at a time: this process's, and the machine's
-    lock file beside the history, mla_core.bench.runlock)."""
-
-
 class UntrustedRun(BenchError):
-    """The run finished but was disturbed beyond trust (mla_core.bench.disturbance); not kept."""
-
-
-class BenchCancelled(BenchError):
-    """The caller's cancel event was set; the run stopped and its tensors were freed."""
-
-
-class InvalidResult(BenchError):
-    """An imported result JSON that does not match the result schema."""
+    """The run finished but was disturbed beyond trust (mla_core.store.disturbance); not kept."""

@@ -18,11 +18,12 @@ from collections.abc import Callable
 
 import torch
 
+from ..store import disturbance as _disturbance
+from ..store import history as _history
+from ..store import runlock as _runlock
+from ..store.schema import SCHEMA_VERSION
 from . import device as _dev
-from . import disturbance as _disturbance
-from . import history as _history
 from . import kernels as _k
-from . import runlock as _runlock
 from . import timing as _timing
 from .config import (
     CEILING_KERNELS,
@@ -41,7 +42,6 @@ from .config import (
     stream_elements,
 )
 from .errors import BenchBusy, BenchCancelled, BenchError, OutOfMemory, OversizeRequest, UntrustedRun
-from .schema import SCHEMA_VERSION
 
 _LOCK = threading.Lock()
 UNSTEADY = 1.5  # median / best above this: the result carries a note
@@ -257,10 +257,10 @@ def run_benchmark(config=None, progress: Progress | None = None, cancel: threadi
     `cancel`: a threading.Event; when set, the run stops at the next repetition.
     `wait`: False (default) raises BenchBusy at once if another run holds the lock (this
     process's, or the machine's lock file beside the history: CLI and app runs exclude each
-    other, mla_core.bench.runlock); True waits; a number waits that many seconds.
+    other, mla_core.store.runlock); True waits; a number waits that many seconds.
     `source`: 'cli', 'app' or 'api', recorded in the lock file and the history's start rows (a
     run whose process dies is reported at the next start: history.interrupted_runs()).
-    The result carries `disturbed` (mla_core.bench.disturbance): the evidence of other work
+    The result carries `disturbed` (mla_core.store.disturbance): the evidence of other work
     during the run, the bandwidth and matmul ceilings measured again at its end among it.
     Raises (all BenchError, one line): DeviceUnavailable, OversizeRequest (before allocating
     anything), OutOfMemory, BenchCancelled, BenchBusy, UntrustedRun (disturbed beyond trust).
@@ -549,7 +549,7 @@ def _execute(cfg: BenchConfig, dev: _dev.Device, dtype: str, plan: list[dict], p
 
 def _repeat_ceilings(stream, plan, results, cfg, dev, dtype, tdtype, gen, timed, cancel, say) -> dict:
     """The bandwidth and matmul ceilings measured again after the decode points: their spread
-    is the run's noise check (mla_core.bench.disturbance). {name: [first, again]}."""
+    is the run's noise check (mla_core.store.disturbance). {name: [first, again]}."""
     def check(_j=None):
         if cancel is not None and cancel.is_set():
             raise BenchCancelled("benchmark cancelled")

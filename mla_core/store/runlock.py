@@ -1,6 +1,6 @@
 """One benchmark at a time on this machine: a lock file beside the history store (no torch here).
 
-`<history path>.lock` (mla_core.bench.history.default_path() + ".lock"; where that folder cannot be
+`<history path>.lock` (mla_core.store.paths.default_path() + ".lock"; where that folder cannot be
 written, a file in the system's temporary folder named after it) is locked with
 `fcntl.flock(LOCK_EX)` by every run, from the command line and from the app alike: flock locks
 belong to an open file, so two processes, and two threads of one server, exclude each other, and
@@ -24,6 +24,7 @@ import threading
 import time
 
 from .errors import BenchBusy, BenchCancelled
+from .paths import default_path
 
 try:
     import fcntl
@@ -37,9 +38,7 @@ SOURCES = ("cli", "app", "api")
 def lock_path(history_path: str | None = None) -> str:
     """The lock file beside the history store (or, where its folder is not writable, in the
     temporary folder)."""
-    from . import history
-
-    path = (history_path or history.default_path()) + ".lock"
+    path = (history_path or default_path()) + ".lock"
     folder = os.path.dirname(path) or "."
     try:
         os.makedirs(folder, exist_ok=True)

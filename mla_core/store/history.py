@@ -7,7 +7,7 @@ Tables:
     runs     id, saved_at (UTC ISO 8601), created (the result's), source ('local' | 'import'),
              label, device_kind, device_name, torch_version, dtype, n_results, sha256 of the
              JSON, json (the whole validated result), disturbed (1 / 0 / NULL = not known),
-             disturbed_reasons (JSON list of one-line reasons; mla_core.bench.disturbance)
+             disturbed_reasons (JSON list of one-line reasons; mla_core.store.disturbance)
     results  run_id -> runs.id (ON DELETE CASCADE), idx, and the flat fields the page charts
              and export_csv writes (kernel, dtype, batch, context, heads, kv_heads, median_s, ...)
     notices  id, created, kind, text, acknowledged: what every session must be told until
@@ -24,14 +24,21 @@ Durability and concurrency:
 - Every save is one `BEGIN IMMEDIATE ... COMMIT` transaction: the run row and its result rows
   land together or not at all. A process killed mid-write leaves the rows committed before it
   intact and no partial run (SQLite rolls the unfinished transaction back on the next open).
-- A file that is not a readable SQLite database (or fails `PRAGMA quick_check`) is renamed to
+- Only a file that fails SQLite's integrity check (not a database, malformed, or `PRAGMA
+  quick_check` not ok; checked again alone before anything moves) is renamed to
   `<name>.corrupt-<UTC timestamp>` (never deleted or overwritten), a fresh store is created,
-  and a notice is queued: `pop_notices()` returns it (the CLI prints it, the page shows it),
-  and a `HistoryWarning` is issued.
+  and a notice naming the new path is queued: `pop_notices()` returns it (the CLI prints it, the
+  page shows it), it is written into the new store for every session until acknowledged, and a
+  `HistoryWarning` is issued. A full disk, a read-only mount, an I/O error or a busy file never
+  moves a store: the error is reported and the file left as it is.
 
 Faults, each with its own message (one line):
-- disk full (SQLITE_FULL, ENOSPC): StoreFull "disk full: ..."; the transaction is rolled back
-  and the original error reported (never the rollback's); nothing half-written.
+- disk full (SQLITE_FULL, ENOSPC, or SQLITE_IOERR_SHMSIZE while the disk has under 1 MiB free:
+  SQLite cannot size the WAL index of a store it opens): a save raises StoreFull "disk full:
+  ... nothing was saved and the store was left as it is"; the transaction is rolled back and
+  the original error reported (never the rollback's); nothing half-written. Reading goes on
+  through a read-only connection (`immutable=1` where the WAL index cannot be made) and never
+  says that nothing was saved; `disk_full()` lets a page say so before anyone saves.
 - read-only store (file or folder not writable, read-only mount): runs are read through a
   read-only connection (`mode=ro`, or `immutable=1` where the WAL index cannot be created);
   saving, deleting and acknowledging raise StoreReadOnly.
@@ -61,8 +68,9 @@ import urllib.parse
 import warnings
 
 from .errors import BenchError
+from .paths import ENV_VAR, default_path
 from .runlock import pid_alive
-from .schema import validate_result
+from .schema import PROFILE_OPS, validate_result
 
 
 class StoreFull(BenchError):
@@ -72,11 +80,13 @@ class StoreFull(BenchError):
 class StoreReadOnly(BenchError):
     """The store can be read but not written."""
 
-ENV_VAR = "MLA_EXPLORER_HISTORY"
 BUSY_TIMEOUT_S = 10.0
 MAX_LABEL = 200
 SOURCES = ("local", "import")
 STORE_VERSION = 1
+# An I/O error while the store's disk has less free than this is a full disk (SQLite reports a
+# full disk as SQLITE_IOERR_SHMSIZE when it cannot size the WAL index of a store it opens).
+FULL_BELOW_BYTES = 1 << 20
 
 CSV_COLUMNS = (
     "run_id", "run_label", "run_created", "source", "device_kind", "device_name", "kernel", "dtype", "batch",
@@ -163,15 +173,6 @@ class HistoryWarning(UserWarning):
     """A history database was found corrupt and moved aside."""
 
 
-def default_path() -> str:
-    """MLA_EXPLORER_HISTORY, else <repo>/var/history.sqlite3."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "var", "history.sqlite3")
-
-
 def pop_notices() -> list[str]:
     """Notices (corrupt stores moved aside) since the last call; clears them."""
     with _notices_lock:
@@ -227,7 +228,7 @@ def _refuse_foreign(conn: sqlite3.Connection) -> None:
 def _check_and_init(conn: sqlite3.Connection) -> None:
     ok = conn.execute("PRAGMA quick_check").fetchone()[0]
     if ok != "ok":
-        raise sqlite3.DatabaseError(f"quick_check: {ok}")
+        raise FailedCheck(f"quick_check: {ok}")
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if version == 0 and names - _OUR_TABLES:
@@ -311,7 +312,8 @@ def _move_aside(path: str, why: str) -> str:
     for suffix in ("-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.replace(path + suffix, target + suffix)
-    text = f"history store {path} was unreadable ({why}); moved it to {target} and started a new one"
+    text = (f"history store {path} failed its integrity check ({why}); moved it to {target} and started a new "
+            "one (the old file is kept there, not deleted)")
     _notice(text)
     with _notices_lock:
         _pending_notices.append(text)
@@ -324,26 +326,65 @@ _pending_notices: list[str] = []  # moved-aside notices still to be written into
 _open_lock = threading.Lock()
 
 
-def _unreadable(path: str) -> bool:
+class FailedCheck(sqlite3.DatabaseError):
+    """SQLite's `PRAGMA quick_check` found the file damaged."""
+
+
+def _is_damage(e: BaseException) -> bool:
+    """The file itself fails SQLite's integrity check: not a database (SQLITE_NOTADB), malformed
+    (SQLITE_CORRUPT), or quick_check's answer. Only this moves a store aside: a full disk, a
+    read-only mount, an I/O error or a busy file never does."""
+    if isinstance(e, FailedCheck):
+        return True
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    text = str(e)
+    return "file is not a database" in text or "malformed" in text
+
+
+def _check_file(path: str) -> BaseException | None:
+    """Open `path` alone and run quick_check: the damage error when the file fails it, else None
+    (sound, or not checkable now: busy, a full disk, an I/O error: none of which is damage)."""
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error:
-        return True
+        return None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        return conn.execute("PRAGMA quick_check").fetchone()[0] != "ok"
-    except sqlite3.OperationalError as e:
-        return not ("locked" in str(e) or "busy" in str(e))
-    except sqlite3.DatabaseError:
-        return True
+        ok = conn.execute("PRAGMA quick_check").fetchone()[0]
+        return None if ok == "ok" else FailedCheck(f"quick_check: {ok}")
+    except sqlite3.Error as e:
+        return e if _is_damage(e) else None
     finally:
         conn.close()
 
 
-def _is_full(e: BaseException) -> bool:
+def _free_bytes(path: str) -> int | None:
+    """Bytes free to this user on the store's file system, or None when unknown."""
+    folder = os.path.dirname(path) or "."
+    while folder and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    try:
+        st = os.statvfs(folder or ".")
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _is_full(e: BaseException, path: str | None = None) -> bool:
+    """A full disk: SQLITE_FULL or ENOSPC; or an I/O error (SQLite cannot size its WAL index, the
+    -shm file, on a full disk: SQLITE_IOERR_SHMSIZE) while the file system has under
+    FULL_BELOW_BYTES (1 MiB) free."""
     code = getattr(e, "sqlite_errorcode", None)
-    return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(e) or \
-        getattr(e, "errno", None) == errno.ENOSPC
+    if (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(e) or \
+            getattr(e, "errno", None) == errno.ENOSPC:
+        return True
+    io_error = (code is not None and code & 0xFF == sqlite3.SQLITE_IOERR) or "disk I/O error" in str(e)
+    if io_error and path is not None:
+        free = _free_bytes(path)
+        return free is not None and free < FULL_BELOW_BYTES
+    return False
 
 
 def _is_readonly(e: BaseException) -> bool:
@@ -352,9 +393,27 @@ def _is_readonly(e: BaseException) -> bool:
         "read-only" in str(e) or getattr(e, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def _cannot_read(path: str, e: BaseException) -> BenchError:
+    """Reading failed on a full disk or an I/O error: says so, and never that something was not saved."""
+    if _is_full(e, path):
+        return BenchError(f"cannot read the history store {path}: the disk is full ({str(e) or e.__class__.__name__}); "
+                          "free some space (the store was left as it is)")
+    return BenchError(f"cannot read the history store {path} ({str(e) or e.__class__.__name__}); it was left as it is")
+
+
 def _full(path: str, e: BaseException) -> StoreFull:
-    return StoreFull(f"disk full: the history store {path} could not grow ({str(e) or e.__class__.__name__}); "
-                     f"nothing was saved: free some space or set {ENV_VAR} to another disk")
+    free = _free_bytes(path)
+    room = "" if free is None else f"; {free:,} bytes free on its disk"
+    return StoreFull(f"disk full: the history store {path} could not grow ({str(e) or e.__class__.__name__}{room}); "
+                     f"nothing was saved and the store was left as it is: free some space or set {ENV_VAR} to "
+                     "another disk")
+
+
+def disk_full(path: str | None = None) -> bool:
+    """Whether the store's disk has under FULL_BELOW_BYTES (1 MiB) free (a save would fail with StoreFull), for a
+    page to say so before anyone tries; False when unknown."""
+    free = _free_bytes(path or default_path())
+    return free is not None and free < FULL_BELOW_BYTES
 
 
 def _readonly(path: str) -> StoreReadOnly:
@@ -367,9 +426,10 @@ def writable(path: str | None = None) -> bool:
     return _writable(path or default_path())
 
 
-def _open_readonly(path: str) -> sqlite3.Connection:
-    """A read-only connection: `mode=ro`, else `immutable=1` (a WAL store on a read-only mount,
-    where SQLite cannot create the -shm index)."""
+def _open_readonly(path: str, why: str = "read-only ") -> sqlite3.Connection:
+    """A read-only connection: `mode=ro`, else `immutable=1` (a WAL store on a read-only mount or a
+    full disk, where SQLite cannot create or size the -shm index). `why` names the store in the
+    final error ("read-only ", or "" where the disk is full)."""
     uri = "file:" + urllib.parse.quote(os.path.abspath(path))
     last = None
     for query in ("?mode=ro", "?mode=ro&immutable=1"):
@@ -396,15 +456,18 @@ def _open_readonly(path: str) -> sqlite3.Connection:
         except sqlite3.Error as e:
             conn.close()
             last = e
-    raise BenchError(f"cannot read the read-only history store {path}: {last}")
+    if last is not None and why != "read-only ":
+        raise _cannot_read(path, last)
+    raise BenchError(f"cannot read the {why}history store {path}: {last}")
 
 
-def _store_error(path: str, e: sqlite3.DatabaseError) -> BenchError:
-    """The one-line error for what SQLite raised while a connection was in use: the disk full,
-    the store read-only, another operational error, or a damaged file."""
+def _store_error(path: str, e: sqlite3.DatabaseError, write: bool = True) -> BenchError:
+    """The one-line error for what SQLite raised while a connection was in use: the disk full
+    (for a reader: that it cannot read, never that nothing was saved), the store read-only,
+    another operational error, or a damaged file."""
     if isinstance(e, sqlite3.OperationalError):
-        if _is_full(e):
-            return _full(path, e)
+        if _is_full(e, path):
+            return _full(path, e) if write else _cannot_read(path, e)
         if _is_readonly(e):
             return _readonly(path)
         return BenchError(f"history store {path}: {e}")
@@ -414,29 +477,27 @@ def _store_error(path: str, e: sqlite3.DatabaseError) -> BenchError:
 @contextlib.contextmanager
 def _connect(path: str | None = None, write: bool = True):
     """A connection to the store. `write=False`: reading is all the caller does, so a store that
-    cannot be written is opened read-only instead of refused."""
+    cannot be written (read-only, or on a full disk) is opened read-only instead of refused.
+
+    Only a file that fails SQLite's integrity check is moved aside (`_is_damage`, checked again
+    alone under a lock); a full disk, a read-only store, an I/O error or a busy file raises its
+    own one-line error and leaves the file as it is."""
     path = path or default_path()
     if not _writable(path):
         if write:
             raise _readonly(path)
-        conn = _open_readonly(path)
-        try:
+        with _reading(path, _open_readonly(path)) as conn:
             yield conn
-        except sqlite3.DatabaseError as e:
-            raise _store_error(path, e) from None
-        finally:
-            conn.close()
         return
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
-        if _is_full(e):
-            raise _full(path, e) from None
+        if _is_full(e, path):
+            raise (_full(path, e) if write else _cannot_read(path, e)) from None
         raise BenchError(f"cannot create the history folder {folder}: {e.strerror or e}") from None
     conn = None
     for attempt in range(3):
-        why = None
         try:
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -447,50 +508,56 @@ def _connect(path: str | None = None, write: bool = True):
             _check_and_init(conn)
             break
         except BenchError:
-            conn.close()
+            if conn is not None:
+                conn.close()
             raise
-        except sqlite3.OperationalError as e:
+        except sqlite3.Error as e:
             if conn is not None:
                 conn.close()
                 conn = None
             if "locked" in str(e) or "busy" in str(e):
                 raise BenchError(f"history store {path} is busy: {e}") from None
-            if _is_full(e):
-                raise _full(path, e) from None
-            if _is_readonly(e) or not _writable(path):
-                # A healthy store we may not write to is not corrupt: never move it aside.
+            if not _is_damage(e):  # the disk, the mount or the file system: the store is left as it is
                 if not write:
-                    with _connect(path, write=False) as ro:  # read it as it is
-                        conn = ro
+                    with _reading(path, _open_readonly(path, "read-only " if _is_readonly(e) else "")) as ro:
                         yield ro
                     return
-                raise _readonly(path) from None
-            if "unable to open" in str(e):
-                raise BenchError(f"cannot open the history store {path}: {e}") from None
-            why = str(e)
-        except sqlite3.DatabaseError as e:  # "file is not a database", malformed, quick_check
-            if conn is not None:
-                conn.close()
-                conn = None
+                if _is_full(e, path):
+                    raise _full(path, e) from None
+                if _is_readonly(e) or not _writable(path):
+                    raise _readonly(path) from None
+                raise BenchError(f"cannot open the history store {path} ({e}); it was left as it is") from None
             why = str(e)
         if attempt == 2:
-            raise BenchError(f"history store {path} is still unreadable after moving the old file aside: {why}")
+            raise BenchError(f"history store {path} still fails its integrity check after the old file was moved "
+                             f"aside: {why}")
         with _open_lock:
             # Another session may have moved it aside and started a new store meanwhile: move
-            # only a file that is still unreadable now.
-            if os.path.exists(path) and _unreadable(path):
+            # only a file that fails the check again now, alone.
+            if os.path.exists(path) and _check_file(path) is not None:
                 try:
                     _move_aside(path, why)
                 except FileNotFoundError:
                     pass
                 except OSError as e:
-                    raise BenchError(f"history store {path} is unreadable ({why}) and could not be moved aside: "
-                                     f"{e.strerror or e}") from None
+                    raise BenchError(f"history store {path} fails its integrity check ({why}) and could not be "
+                                     f"moved aside: {e.strerror or e}") from None
     try:
         _record_pending_notices(conn)
         yield conn
     except sqlite3.DatabaseError as e:
-        raise _store_error(path, e) from None
+        raise _store_error(path, e, write) from None
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _reading(path: str, conn: sqlite3.Connection):
+    """A read-only connection in use: SQLite's errors as one line (a reader's), closed after."""
+    try:
+        yield conn
+    except sqlite3.DatabaseError as e:
+        raise _store_error(path, e, write=False) from None
     finally:
         conn.close()
 
@@ -535,7 +602,7 @@ def _flat(result: dict) -> list[tuple]:
         return [(i, r["op"], r["dtype"], None, None, None, None, r["median_s"], r["min_s"], r.get("reps"), r["bytes"],
                  0, r["busbw_GBps"], None, None, None, None) for i, r in enumerate(result["results"])]
     if kind != "kernels":
-        return []  # engine runs: the whole result is in runs.json
+        return []  # engine runs and profiles: the whole result is in runs.json
     rows = []
     for i, r in enumerate(result["results"]):
         s = r["shape"]
@@ -549,7 +616,7 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
     """Validate `result` (dict, or JSON text/bytes for an import) and store it; returns its id.
 
     One transaction: the run row and its result rows land together. Its `disturbed` block
-    (mla_core.bench.disturbance), if any, is kept in the disturbed columns. Raises InvalidResult
+    (mla_core.store.disturbance), if any, is kept in the disturbed columns. Raises InvalidResult
     for a result that fails the schema, BenchError for a bad source or label, StoreFull on a full
     disk, StoreReadOnly on a store that cannot be written (nothing is saved in either case)."""
     if source not in SOURCES:
@@ -574,8 +641,7 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
                 "INSERT INTO runs (saved_at, created, source, label, device_kind, device_name, torch_version, dtype, "
                 "n_results, sha256, json, disturbed, disturbed_reasons) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (_now(), data.get("created"), source, label, dev.get("kind"), dev.get("name"), dev.get("torch_version"),
-                 dev.get("dtype"), len(data.get("results") or data.get("points") or []), digest, text, disturbed,
-                 reasons))
+                 dev.get("dtype"), _count(data), digest, text, disturbed, reasons))
             run_id = cur.lastrowid
             if _mid_write_hook is not None:
                 _mid_write_hook()
@@ -588,6 +654,13 @@ def save_run(result, source: str = "local", label: str | None = None, *, path: s
 
         run_id = _transaction(conn, work)
     return int(run_id)
+
+
+def _count(data: dict) -> int:
+    """n_results of a run: its results, an engine run's points, a profile's op rows."""
+    if data.get("kind") == "profile":
+        return sum(len(data["ops"].get(k) or []) for k in PROFILE_OPS)
+    return len(data.get("results") or data.get("points") or [])
 
 
 _RUN_COLUMNS = ("id, saved_at, created, source, label, device_kind, device_name, torch_version, dtype, n_results, "
@@ -636,8 +709,8 @@ def _kind_of(text) -> str:
 
 def list_runs(*, path: str | None = None, kind: str | None = None) -> list[dict]:
     """Stored runs, newest first: id, saved_at, created, source, label, device_kind,
-    device_name, torch_version, dtype, n_results, kind ('kernels', 'collectives', 'engine';
-    the result's own field, from the stored JSON), disturbed (True / False / None = not known),
+    device_name, torch_version, dtype, n_results, kind ('kernels', 'collectives', 'engine',
+    'profile'; the result's own field, from the stored JSON), disturbed (True / False / None = not known),
     disturbed_reasons (list of lines), damaged (None, or why the run cannot be trusted).
     `kind` keeps only that kind. Reads a read-only store; no result bodies."""
     with _connect(path, write=False) as conn:

@@ -26,7 +26,7 @@ import math
 from ..errors import MLAError
 from ..kv import divisors, largest_divisor_up_to
 from ..units import format_bytes
-from .config import DECODE_KERNELS, KERNELS, MEMORY_HEADROOM
+from .schema import DECODE_KERNELS, KERNELS
 
 TFLOP = 1e12  # flop/s per TFLOP/s
 GB = 1e9  # B/s per GB/s
@@ -213,17 +213,6 @@ def compare_rows(named: list[tuple[str, dict]], by_shape: bool = False) -> list[
     return [rows[k] for k in sorted(rows, key=lambda k: (order.get(k[0], len(order)), first_seen[k]))]
 
 
-def memory_check(estimated_bytes: int, free_bytes: int | None) -> dict:
-    """Whether a run planned at `estimated_bytes` (peak device memory) fits: limit_bytes =
-    floor(MEMORY_HEADROOM x free), fits, share (estimate / free). With free unknown (None), the
-    run may go (the benchmark cannot check either) and limit_bytes and share are None."""
-    if free_bytes is None:
-        return {"limit_bytes": None, "fits": True, "share": None, "headroom": MEMORY_HEADROOM}
-    limit = int(MEMORY_HEADROOM * free_bytes)
-    return {"limit_bytes": limit, "fits": estimated_bytes <= limit,
-            "share": estimated_bytes / free_bytes if free_bytes > 0 else None, "headroom": MEMORY_HEADROOM}
-
-
 def progress_fraction(done: int, total: int) -> float:
     """done / total clamped to [0, 1] (0 when total is not positive): a progress bar's value."""
     if not total or total <= 0:
@@ -245,6 +234,6 @@ def default_gqa_groups(heads: int, wanted: int = 8) -> int:
 
 __all__ = [
     "bandwidth_ceiling_GBps", "compute_ceiling_TFLOPs", "shape_summary", "kernel_rows",
-    "ceiling_summary", "mla_checks", "roof_range", "roof", "compare_rows", "memory_check", "progress_fraction",
+    "ceiling_summary", "mla_checks", "roof_range", "roof", "compare_rows", "progress_fraction",
     "gqa_group_choices", "default_gqa_groups",
 ]

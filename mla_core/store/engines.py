@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import hashlib
 import json
 import math
@@ -45,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import MLAError
 from .errors import InvalidResult
+from .schema import result_schema
 
 FORMATS: tuple[str, ...] = ("vllm_serve", "sglang_bench_serving", "sglang_one_batch")
 ENGINE_OF = {"vllm_serve": "vllm", "sglang_bench_serving": "sglang", "sglang_one_batch": "sglang"}
@@ -102,7 +104,33 @@ def match_model(name) -> str | None:
     return None
 
 
-def _number(line: int | None, key: str, v, *, allow_inf: bool = False, positive: bool = False):
+# The unit each limit of engine.schema.json's $defs is stated in, as a message names it.
+LIMIT_UNITS = {"rate": "per second", "seconds": "s", "batch": "requests at once", "requests": "requests",
+               "length": "tokens per request"}
+
+
+@functools.lru_cache(maxsize=1)
+def limits() -> dict[str, float]:
+    """The largest figure of each kind an engine file may hold (engine.schema.json's $defs, the one
+    statement of them): rate (tokens/s or requests/s), seconds, batch, requests, length (tokens
+    per request). Far beyond any deployment: past them a figure is a typo, not a measurement."""
+    defs = result_schema("engine")["$defs"]
+    return {k: defs[k]["maximum"] for k in LIMIT_UNITS}
+
+
+def _limit(line: int | None, key: str, v, limit: str, scale: float = 1.0, unit: str | None = None):
+    """`v` when `v * scale` is within limits()[limit]; else InvalidResult naming the field."""
+    top = limits()[limit]
+    if v is not None and not math.isinf(v) and v * scale > top:
+        where = f"line {line}: " if line else ""
+        shown = f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
+        raise InvalidResult(f"{where}{key} is {shown}; more than {top / scale:,.0f} {unit or LIMIT_UNITS[limit]} is "
+                            "not a measurement (a typo or a broken file); nothing was imported")
+    return v
+
+
+def _number(line: int | None, key: str, v, *, allow_inf: bool = False, positive: bool = False,
+            limit: str | None = None, scale: float = 1.0, unit: str | None = None):
     where = f"line {line}: " if line else ""
     if v is None:
         return None
@@ -116,11 +144,13 @@ def _number(line: int | None, key: str, v, *, allow_inf: bool = False, positive:
         raise InvalidResult(f"{where}{key} is {v!r}, not a finite number")
     if v < 0 or (positive and v == 0):
         raise InvalidResult(f"{where}{key} is {v!r}; it must be {'positive' if positive else 'zero or more'}")
+    if limit is not None:
+        _limit(line, key, v, limit, scale, unit)
     return v
 
 
-def _int(line, key, v, positive=False):
-    x = _number(line, key, v, positive=positive)
+def _int(line, key, v, positive=False, limit: str | None = None):
+    x = _number(line, key, v, positive=positive, limit=limit)
     if x is None:
         return None
     if float(x) != int(x):
@@ -130,8 +160,16 @@ def _int(line, key, v, positive=False):
 
 
 def _ms(line, rec, key):
-    v = _number(line, key, rec.get(key))
+    v = _number(line, key, rec.get(key), limit="seconds", scale=1e-3, unit="ms")
     return None if v is None else v / 1e3
+
+
+def _rate(line, key, v, unit="tokens/s"):
+    return _number(line, key, v, limit="rate", unit=unit)
+
+
+def _secs(line, key, v, positive=False):
+    return _number(line, key, v, positive=positive, limit="seconds")
 
 
 def _records(text: str) -> list[tuple[int, dict]]:
@@ -149,14 +187,20 @@ def _records(text: str) -> list[tuple[int, dict]]:
         raise InvalidResult("the file holds JSON, but not an object or lines of objects")
     except json.JSONDecodeError:
         pass
+    except RecursionError:
+        raise InvalidResult("the file is JSON nested too deeply to read (thousands of levels): not an engine "
+                            "result") from None
     out = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except json.JSONDecodeError as e:
             raise InvalidResult(f"line {i} is not JSON ({str(e).splitlines()[0][:80]})") from None
+        except RecursionError:
+            raise InvalidResult(f"line {i} is JSON nested too deeply to read (thousands of levels): not an engine "
+                                "result") from None
         if not isinstance(obj, dict):
             raise InvalidResult(f"line {i} is JSON but not an object")
         out.append((i, obj))
@@ -178,7 +222,7 @@ def detect_format(rec: dict) -> str | None:
 
 
 def _serve_point(line, rec, fmt: str) -> dict:
-    completed = _int(line, "completed", rec.get("completed"))
+    completed = _int(line, "completed", rec.get("completed"), limit="requests")
     if not completed:
         raise InvalidResult(f"line {line}: completed is {rec.get('completed')!r}: no request finished, nothing to compare")
     for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput", "total_input_tokens", "total_output_tokens"):
@@ -187,11 +231,11 @@ def _serve_point(line, rec, fmt: str) -> dict:
                                 "TTFT and TPOT (run it with the default --percentile-metrics)")
     tin = _int(line, "total_input_tokens", rec["total_input_tokens"])
     tout = _int(line, "total_output_tokens", rec["total_output_tokens"])
-    rate = _number(line, "request_rate", rec.get("request_rate"), allow_inf=True)
-    max_conc = _int(line, "max_concurrency", rec.get("max_concurrency"), positive=True)
-    num_prompts = _int(line, "num_prompts", rec.get("num_prompts"), positive=True)
-    mean_conc = _number(line, "concurrency", rec.get("concurrency"))  # SGLang: measured mean in flight
-    peak = _int(line, "max_concurrent_requests", rec.get("max_concurrent_requests"))  # vLLM: measured peak
+    rate = _number(line, "request_rate", rec.get("request_rate"), allow_inf=True, limit="rate", unit="requests/s")
+    max_conc = _int(line, "max_concurrency", rec.get("max_concurrency"), positive=True, limit="batch")
+    num_prompts = _int(line, "num_prompts", rec.get("num_prompts"), positive=True, limit="requests")
+    mean_conc = _number(line, "concurrency", rec.get("concurrency"), limit="batch")  # SGLang: measured mean in flight
+    peak = _int(line, "max_concurrent_requests", rec.get("max_concurrent_requests"), limit="batch")  # vLLM: measured
     if max_conc is not None:
         batch, batch_from = max_conc, "max_concurrency"
     elif mean_conc:
@@ -200,18 +244,22 @@ def _serve_point(line, rec, fmt: str) -> dict:
         batch, batch_from = peak, "measured peak concurrent requests"
     else:
         batch, batch_from = completed, "all requests at once (no concurrency limit)"
+        _limit(line, "completed (all requests at once: the batch)", batch, "batch")
+    input_len, output_len = max(1, round(tin / completed)), max(1, round(tout / completed))
+    _limit(line, "total_input_tokens / completed", input_len, "length")
+    _limit(line, "total_output_tokens / completed", output_len, "length")
     measured = {
         "ttft_s": _ms(line, rec, "median_ttft_ms"), "ttft_mean_s": _ms(line, rec, "mean_ttft_ms"),
         "tpot_s": _ms(line, rec, "median_tpot_ms"), "tpot_mean_s": _ms(line, rec, "mean_tpot_ms"),
         "itl_s": _ms(line, rec, "median_itl_ms"),
-        "output_tokens_per_s": _number(line, "output_throughput", rec["output_throughput"]),
-        "total_tokens_per_s": _number(line, "total_token_throughput", rec.get("total_token_throughput")),
-        "request_throughput": _number(line, "request_throughput", rec.get("request_throughput")),
-        "duration_s": _number(line, "duration", rec.get("duration")),
+        "output_tokens_per_s": _rate(line, "output_throughput", rec["output_throughput"]),
+        "total_tokens_per_s": _rate(line, "total_token_throughput", rec.get("total_token_throughput")),
+        "request_throughput": _rate(line, "request_throughput", rec.get("request_throughput"), "requests/s"),
+        "duration_s": _secs(line, "duration", rec.get("duration")),
         "completed": completed,
     }
     return {
-        "workload": {"input_len": max(1, round(tin / completed)), "output_len": max(1, round(tout / completed)),
+        "workload": {"input_len": input_len, "output_len": output_len,
                      "batch": batch, "batch_from": batch_from, "max_concurrency": max_conc,
                      "request_rate": None if rate is None or math.isinf(rate) else rate, "num_prompts": num_prompts},
         "measured": measured,
@@ -222,21 +270,22 @@ def _one_batch_point(line, rec) -> dict:
     for key in ("batch_size", "input_len", "output_len", "prefill_latency"):
         if rec.get(key) is None:
             raise InvalidResult(f"line {line}: {key} is missing; not an sglang.bench_one_batch result line")
-    batch = _int(line, "batch_size", rec["batch_size"], positive=True)
-    step = _number(line, "median_decode_latency", rec.get("median_decode_latency"), positive=True)
-    prefill = _number(line, "prefill_latency", rec["prefill_latency"], positive=True)
+    batch = _int(line, "batch_size", rec["batch_size"], positive=True, limit="batch")
+    step = _secs(line, "median_decode_latency", rec.get("median_decode_latency"), positive=True)
+    prefill = _secs(line, "prefill_latency", rec["prefill_latency"], positive=True)
     return {
-        "workload": {"input_len": _int(line, "input_len", rec["input_len"], positive=True),
-                     "output_len": _int(line, "output_len", rec["output_len"], positive=True), "batch": batch,
+        "workload": {"input_len": _int(line, "input_len", rec["input_len"], positive=True, limit="length"),
+                     "output_len": _int(line, "output_len", rec["output_len"], positive=True, limit="length"),
+                     "batch": batch,
                      "batch_from": "batch_size", "max_concurrency": None, "request_rate": None, "num_prompts": None},
         "measured": {
             "ttft_s": prefill,  # the whole batch's prefill: every request's first token comes after it
             "ttft_mean_s": None, "tpot_s": step, "tpot_mean_s": None, "itl_s": step,
             "output_tokens_per_s": batch / step if step else None,
-            "total_tokens_per_s": _number(line, "overall_throughput", rec.get("overall_throughput")),
+            "total_tokens_per_s": _rate(line, "overall_throughput", rec.get("overall_throughput")),
             "request_throughput": None,
-            "duration_s": _number(line, "total_latency", rec.get("total_latency")), "completed": batch,
-            "prefill_tokens_per_s": _number(line, "prefill_throughput", rec.get("prefill_throughput")),
+            "duration_s": _secs(line, "total_latency", rec.get("total_latency")), "completed": batch,
+            "prefill_tokens_per_s": _rate(line, "prefill_throughput", rec.get("prefill_throughput")),
         },
     }
 
@@ -316,7 +365,7 @@ def load_engine_file(raw, name: str = "engine result", *, fmt: str = "auto", mod
         notes.append("served under a scheduler: TTFT includes queueing behind other requests, and the batch is the "
                      "concurrency limit (or the measured concurrency), not a fixed decode batch")
     return {
-        "schema_version": 1, "kind": "engine", "tool": "mla_core.bench.engines", "created": created,
+        "schema_version": 1, "kind": "engine", "tool": "mla_core.store.engines", "created": created,
         "engine": ENGINE_OF[fmt], "format": fmt, "source_name": str(name)[:200], "source_sha256": digest,
         "engine_date": str(first.get("date"))[:40] if first.get("date") else None,
         "engine_model": str(first.get("model_id"))[:200] if first.get("model_id") else None,
@@ -589,10 +638,10 @@ def main(argv: list[str] | None = None) -> int:
 
         result = validate_result(result, kind="engine")
         if args.out:
-            from .cli import _check_out, _write_json
+            from .files import check_out, write_json
 
-            _check_out(args.out)
-            _write_json(args.out, result)
+            check_out(args.out)
+            write_json(args.out, result)
         run_id = None
         if not args.no_save:
             from . import history
