@@ -32,3 +32,11 @@ def case_config(name: str) -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no fixture config {name!r} in {CASE_CONFIGS}")
     return path
+
+
+# Property tests check values, never time: a loaded 2-core CI machine must not fail them on
+# hypothesis' per-example deadline (benchmarks/ time things; unit tests do not).
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("mla-explorer", deadline=None)
+_hypothesis_settings.load_profile("mla-explorer")
