@@ -9,6 +9,8 @@
     python -m mla_core bench --validate FILE.json
     torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
     python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.bench.engines)
+    python -m mla_core bench --profile --model M [--tp N] [--quick] [--out F] [--save]
+                                                        (mla_core.bench.profile_cli: a kernel table)
 
 The decode kernels run the attention shape of `--model` (default DeepSeek-V3) or `--config`,
 scaled down in batch and context (never in heads or widths) to fit the device, and the result
@@ -222,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         from .engines import main as import_main
 
         return import_main(argv[1:])
+    if "--profile" in argv:  # the model's own op shapes as a kernel table: mla_core.bench.profile_cli
+        from .profile_cli import main as profile_main
+
+        return profile_main(argv)
     bar = _Bar(sys.stderr, False)
     try:
         args = build_parser().parse_args(argv)
