@@ -10,8 +10,10 @@ gets the model's own widths at fewer tokens, batches and contexts) or skipped fo
 
 Timing is the kernel benchmark's (`mla_core.bench.timing`: CUDA events between synchronises,
 MPS synchronises, nothing to synchronise on a CPU); each latency is the median of the timed
-repetitions, after warm-up calls, with the GPU L2 flushed between repetitions (outside the
-timed region) so that weights are read from memory as in a real step. A latency faster than the
+repetitions (or the best, `statistic="min"`), after warm-up calls, with the GPU L2 flushed
+between repetitions (outside the timed region) so that weights are read from memory, as each
+layer's are once per step of a real model (`make_flush`: on a CPU the L3, then torch's own
+dispatch path warmed again; elementwise ops, whose input is in cache in a real step, without). A latency faster than the
 device's peak allows (datasheet or sanity bound, `mla_core.bench.device`) is dropped and counted
 in `meta["timing_errors"]`. One run at a time on the machine (the kernel benchmark's locks).
 
@@ -53,6 +55,9 @@ TIMING = {
     ("gpu", True): dict(warmup=3, reps=20, min_reps=5, budget_s=0.02),
     ("gpu", False): dict(warmup=5, reps=50, min_reps=10, budget_s=0.1),
 }
+
+
+STATISTICS = ("median", "min")
 
 
 @dataclass
@@ -97,14 +102,18 @@ def save_profile_table(profile: ProfileRun, label: str | None = None) -> int:
 def run_profile(model=None, *, tp: int = 1, device: str = "auto", dtype: str = "auto", quick: bool = False,
                 grids: dict | None = None, progress=None, cancel=None, wait: bool | float = False,
                 source: str = "api", collectives: list[dict] | None = None, timing: dict | None = None,
-                families: tuple[str, ...] = FAMILIES, threads: int | None = None) -> ProfileRun:
+                families: tuple[str, ...] = FAMILIES, threads: int | None = None,
+                statistic: str = "median", select=None) -> ProfileRun:
     """Measure `model` (a preset id or a ModelSpec; default DeepSeek-V3) on one GPU of a TP group
     of `tp`: every point of `profile_plan.plan_profile` for the device, in `families`.
 
     `grids` overrides the shape grids (m, batches, contexts, prefill_tokens, prefixes,
     recurrent_tokens); `timing` the repetitions (warmup, reps, min_reps, budget_s);
     `collectives` the rows measured under torchrun ({op, bytes, ranks, latency_s}); `threads`
-    the CPU threads torch uses during the run (restored after; None: torch's own).
+    the CPU threads torch uses during the run (restored after; None: torch's own); `statistic`
+    which figure of the repetitions a latency is: "median" (the default) or "min" (the best: the
+    steadier one on a machine other work shares, used on both sides of a comparison); `select`
+    a predicate `select(family, key) -> bool` keeping only some points of the plan (None: all).
     `progress(done, total, label)` before each point and at the end; `cancel` a threading.Event.
     Raises (BenchError, one line): DeviceUnavailable, a tp that does not split the model,
     OutOfMemory, BenchCancelled, BenchBusy (another benchmark runs: `wait` as run_benchmark's).
@@ -127,9 +136,11 @@ def run_profile(model=None, *, tp: int = 1, device: str = "auto", dtype: str = "
     free = _dev.free_memory_bytes(dev)
     budget = None if free is None else int((0.5 if kind == "cpu" else MEMORY_HEADROOM) * free)
     plan = plan_profile(spec, tp=tp, device_kind=kind, dtype=dt, quick=quick, memory_budget=budget, grids=grids)
-    plan.points = [p for p in plan.points if p.family in families]
+    plan.points = [p for p in plan.points if p.family in families and (select is None or select(p.family, p.key))]
     cls = "cpu" if kind == "cpu" else "gpu"
     settings = dict(TIMING[(cls, bool(quick))], **(timing or {}))
+    if statistic not in STATISTICS:
+        raise BenchError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 4096):
         raise BenchError(f"threads must be a whole number from 1 to 4,096, got {threads!r}")
 
@@ -144,7 +155,8 @@ def run_profile(model=None, *, tp: int = 1, device: str = "auto", dtype: str = "
         with runlock.machine_lock(source=source, wait=left, cancel=cancel), cpu_threads(threads):
             if threads is not None:
                 dev = _dev.make_device(kind)  # its `threads` as the run has them
-            return _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel, collectives)
+            return _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel, collectives,
+                               statistic)
     finally:
         _LOCK.release()
 
@@ -168,7 +180,8 @@ class cpu_threads:
         return False
 
 
-def _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel, collectives) -> ProfileRun:
+def _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel, collectives,
+                statistic) -> ProfileRun:
     from .run import _classify, _gib, _release_heap
 
     t0 = time.perf_counter()
@@ -181,7 +194,7 @@ def _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel
     failure = None
     try:
         try:
-            _measure_all(spec, tp, dev, dt, plan, settings, progress, cancel, status, rows, errors)
+            _measure_all(spec, tp, dev, dt, plan, settings, progress, cancel, status, rows, errors, statistic)
         except BaseException as e:  # noqa: B902 - classified, then re-raised outside this block
             failure = _classify(e)
             if failure is None:
@@ -209,8 +222,6 @@ def _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel
     others = _dev.other_cpus_busy(snap0, _dev.cpu_snapshot())
     notes = []
     if dev.kind == "cpu":
-        notes.append("CPU: no cache flush between repetitions; weights smaller than the last-level cache may be "
-                     "read from it")
         if others is not None and others > 0.25:
             notes.append(f"other processes kept {others:.2f} CPUs busy during the run: multi-threaded kernels "
                          "waited for them, so these latencies overstate this machine's")
@@ -227,6 +238,7 @@ def _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel
         "dtype": dt,
         "quick": bool(quick),
         "timing": settings,
+        "statistic": statistic,
         "points": sum(len(v) for v in rows.values()),
         "scaled": list(plan.scaled),
         "skipped": plan.skipped,
@@ -241,17 +253,14 @@ def _run_locked(spec, tp, dev, dt, plan, settings, quick, free, progress, cancel
 # ---------------------------------------------------------------------------------------------
 
 
-def _measure_all(spec, tp, dev, dt, plan, settings, progress, cancel, status, rows, errors) -> None:
+def _measure_all(spec, tp, dev, dt, plan, settings, progress, cancel, status, rows, errors, statistic) -> None:
     tdtype = _dev.TORCH_DTYPES[dt]
     clock = _timing.make_clock(dev.kind)
     gen = torch.Generator(device=dev.torch_device)
     gen.manual_seed(0)
-    flush = None
-    if dev.kind != "cpu":
-        flush_bytes = max(4 * (dev.llc_bytes or 64 << 20), 256 << 20)
-        buf = torch.empty(flush_bytes, dtype=torch.uint8, device=dev.torch_device)
-        flush = buf.zero_
+    flush = make_flush(dev)
     timed = dict(clock=clock, flush=flush, cancel=cancel, **settings)
+    timed_hot = dict(timed, flush=None)
     total = len(plan.points)
     done = [0]
 
@@ -269,17 +278,45 @@ def _measure_all(spec, tp, dev, dt, plan, settings, progress, cancel, status, ro
         if why:
             errors.append({"family": p.family, **p.key, "reason": why})
         else:
-            rows[p.family].append({**p.key, "latency_s": t.median_s})
+            rows[p.family].append({**p.key, "latency_s": t.median_s if statistic == "median" else t.min_s})
 
-    ctx = dict(spec=spec, tp=tp, dev=dev, tdtype=tdtype, gen=gen, timed=timed, step=step, keep=keep)
     for family, fn in (("gemm", _gemms), ("attention_decode", _decode), ("attention_prefill", _prefill),
                        ("moe", _moe), ("elementwise", _elementwise), ("recurrent", _recurrent)):
         points = plan.by_family(family)
         if points:
-            fn(points, **ctx)
+            fn(points, spec=spec, tp=tp, dev=dev, tdtype=tdtype, gen=gen,
+               timed=timed_hot if family == "elementwise" else timed, step=step, keep=keep)
             _dev.empty_cache(dev)
     if progress is not None:
         progress(total, total, "done")
+
+
+def make_flush(dev):
+    """A function, called before each repetition outside the timed region, that zeroes a buffer
+    of 4x the last-level cache (GPU L2: at least 256 MiB; CPU L3: at least 64 MiB), so that an op
+    reads its weights, cache or state from memory, as each layer does once per step of a real
+    model. On a CPU it then runs a few tiny torch ops: evicting the L3 also evicts torch's own
+    dispatch code and data, which a real step keeps hot (on a 2-core EPYC an 8 KiB RMSNorm took
+    17 us hot, 253 us after the flush, 29 us after the flush and the warm-up; a 1 MiB-weight GEMM
+    row 9 us hot, 35 us with its weights cold). Elementwise ops are timed without it: their input
+    is the previous op's output, in cache."""
+    floor = (64 << 20) if dev.kind == "cpu" else (256 << 20)
+    nbytes = max(4 * (dev.llc_bytes or floor), floor)
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=dev.torch_device)
+    if dev.kind != "cpu":
+        return buf.zero_
+    a = torch.randn(4, 64)
+    w, nw = torch.randn(64, 64), torch.ones(64)
+
+    def flush() -> None:
+        buf.zero_()
+        for _ in range(3):  # warm torch's dispatch path again, on tensors of a few KiB
+            F.linear(a, w)
+            _k.rms_norm(a, nw)
+            (a * a + a).sum()
+            a.softmax(-1).topk(2, dim=-1)
+            torch.bmm(a[None], w[None])
+    return flush
 
 
 def _label(p: Point) -> str:
@@ -345,13 +382,15 @@ def _timed_sdpa(fn, dev, timed):
 
     with warnings.catch_warnings():  # each refusing backend warns why; the fallback is the answer
         warnings.simplefilter("ignore", UserWarning)
-        try:
+        try:  # one untimed call decides the backend
             with _sdpa_backends(dev)():
-                return _timing.measure(fn, **timed)
+                fn()
         except RuntimeError as e:
             if "no available kernel" not in str(e).lower():
                 raise
-        with sdpa_kernel([SDPBackend.MATH]):
+            with sdpa_kernel([SDPBackend.MATH]):
+                return _timing.measure(fn, **timed)
+        with _sdpa_backends(dev)():
             return _timing.measure(fn, **timed)
 
 

@@ -375,17 +375,16 @@ def _recurrent_point(model: ModelSpec, batch: int, tokens: int, tp: int, dtype: 
 
 
 def elementwise_sizes(model: ModelSpec, tp: int, m_values, b: int) -> list[int]:
-    """Bytes of the activations a step's elementwise ops touch, as powers of two: from one
-    token's hidden state to the widest activation (m tokens of the widest of hidden, 2 x the MLP
+    """Bytes of the activations a step's elementwise ops touch, as powers of two: from 1 KiB (a
+    token's latent or RoPE key) to the widest activation (m tokens of the widest of hidden, 2 x the MLP
     or expert width per GPU, the vocab row) at the largest m."""
     widths = [model.hidden_size]
     if model.intermediate_size and has_dense_mlp(model):
         widths.append(2 * _split(model.intermediate_size, tp))
     if has_moe(model):
         widths.append(2 * model.moe.moe_intermediate_size * model.moe.num_experts_per_tok)
-    lo = model.hidden_size * b * min(m_values)
     hi = max(widths) * b * max(m_values)
-    e0, e1 = max(10, math.floor(math.log2(lo))), math.ceil(math.log2(hi))
+    e0, e1 = 10, max(10, math.ceil(math.log2(hi)))
     return [2 ** e for e in range(e0, e1 + 1)]
 
 
