@@ -33,6 +33,9 @@ from common import ROOT, machine
 
 DEFAULT_MODELS = ("deepseek-v2-lite", "qwen3-next-80b-a3b")
 QUICK_POINTS = {"decode": ((1, 512), (8, 2048)), "prefill": ((1, 128),)}
+# On a GPU: batches and contexts where kernels, not launches, take the time.
+GPU_POINTS = {"decode": ((1, 2048), (8, 2048), (64, 2048), (8, 8192), (64, 8192)),
+              "prefill": ((1, 512), (1, 2048), (4, 512))}
 GOAL_MEDIAN, GOAL_WORST = 0.10, 0.25
 
 
@@ -63,7 +66,7 @@ def run(models=DEFAULT_MODELS, *, device: str = "cpu", threads: int | None = 1, 
         rounds: int | None = None) -> dict:
     from mla_core.bench.reduced import DEFAULT_POINTS, reduced_check
 
-    points = QUICK_POINTS if quick else DEFAULT_POINTS
+    points = QUICK_POINTS if quick else (DEFAULT_POINTS if device == "cpu" else GPU_POINTS)
     estimate = composed_estimate if composer_available() else None
     out = {"machine": machine(), "device": device, "threads": threads, "points": points,
            "composer": "mla_core.serving.step" if estimate else "not wired", "models": []}

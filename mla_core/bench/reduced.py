@@ -561,9 +561,9 @@ def profile_grids(points: dict) -> dict:
 
 def time_reduced(spec, points: dict | None = None, *, device: str = "cpu", dtype: str = "fp32",
                  threads: int | None = None, timing: dict | None = None, seed: int = 0, progress=None,
-                 statistic: str = "median") -> list[dict]:
+                 statistic: str = "median", model: "ReducedModel | None" = None) -> list[dict]:
     """Time the reduced model's decode step and prefill chunk at `points` (default
-    DEFAULT_POINTS): rows {model, layers, phase, batch, context, measured_s, median_s, min_s,
+    DEFAULT_POINTS; `model`: a ReducedModel of `spec` already built on `device`): rows {model, layers, phase, batch, context, measured_s, median_s, min_s,
     reps}, measured_s the median or, with statistic="min", the best of the repetitions (the
     statistic the profile it is compared with used). `context` of a prefill row is the tokens of
     each sequence's chunk."""
@@ -579,7 +579,7 @@ def time_reduced(spec, points: dict | None = None, *, device: str = "cpu", dtype
     flush = make_flush(_dev.make_device(kind))
     todo = [("decode", b, t) for b, t in points.get("decode", ())] + [("prefill", b, t) for b, t in points.get("prefill", ())]
     with cpu_threads(threads), torch.no_grad():
-        model = ReducedModel(spec, device=device, dtype=dtype, seed=seed)
+        model = model if model is not None else ReducedModel(spec, device=device, dtype=dtype, seed=seed)
         for i, (phase, b, t) in enumerate(todo):
             if progress is not None:
                 progress(i, len(todo), f"reduced {phase} B={b} T={t}")
@@ -600,16 +600,20 @@ def time_reduced(spec, points: dict | None = None, *, device: str = "cpu", dtype
 
 
 def trace_ops(spec, phase: str, batch: int, context: int, *, dtype: str = "fp32") -> list[tuple[str, dict]]:
-    """The ops the reduced model runs for one point, as (family, key) in the table's terms (runs
-    it once, untimed, on the CPU, at a batch of 1 scaled to `batch` where that is exact)."""
-    trace: list = []
+    """The ops the reduced model runs for one point, as (family, key) in the table's terms: runs
+    it once, untimed (`spec` a ModelSpec: a model built on the CPU at `dtype`; or a ReducedModel,
+    reused where it is)."""
     with torch.no_grad():
-        model = ReducedModel(spec, device="cpu", dtype=dtype, trace=trace)
-        x = model._rand(batch if phase == "decode" else batch * context, spec.hidden_size)
-        if phase == "decode":
-            model.decode_step(x, model.decode_state(batch, context))
-        else:
-            model.prefill(x, batch)
+        model = spec if isinstance(spec, ReducedModel) else ReducedModel(spec, device="cpu", dtype=dtype)
+        model.trace = trace = []
+        try:
+            x = model._rand(batch if phase == "decode" else batch * context, model.spec.hidden_size)
+            if phase == "decode":
+                model.decode_step(x, model.decode_state(batch, context))
+            else:
+                model.prefill(x, batch)
+        finally:
+            model.trace = None
     return trace
 
 
@@ -691,7 +695,7 @@ def reduced_check(model, *, points: dict | None = None, estimate=None, device: s
     point, the best (min) or the median of the rounds: on a CPU that other work shares, a busy
     spell then hits both sides alike instead of one.
     Returns {"model", "spec_notes", "statistic", "rounds", "profile" (the ProfileRun, merged),
-    "rows", "trace", "composer"}."""
+    "rows", "traces" ({(phase, batch, context): the op trace}), "trace", "composer"}."""
     from .profile import run_profile
 
     points = DEFAULT_POINTS if points is None else points
@@ -701,23 +705,31 @@ def reduced_check(model, *, points: dict | None = None, estimate=None, device: s
     rounds = rounds or (3 if kind == "cpu" else 1)
     spec, notes = reduced_spec(model if not isinstance(model, str) else _load(model), dtype=dt,
                                expert_bytes=expert_bytes if kind == "cpu" else None)
+    from .profile import cpu_threads
+
+    with cpu_threads(threads):
+        model_t = ReducedModel(spec, device=device, dtype=dt)
+        traces = {(phase, b, t): trace_ops(model_t, phase, b, t) for phase, pts in points.items() for b, t in pts}
     select = None
     if exact:
-        wanted = {(fam, _freeze(key)) for phase, pts in points.items() for b, t in pts
-                  for fam, key in trace_ops(spec, phase, b, t, dtype=dt)}
+        wanted = {(fam, _freeze(key)) for trace in traces.values() for fam, key in trace}
         select = lambda fam, key: fam == "elementwise" or (fam, _freeze(key)) in wanted  # noqa: E731
     profiles, timed = [], []
-    for r in range(rounds):
+    for _ in range(rounds):
         profiles.append(run_profile(spec, device=device, dtype=dt, grids=profile_grids(points), threads=threads,
                                     timing=profile_timing, statistic=statistic, select=select,
                                     families=("gemm", "attention_decode", "attention_prefill", "moe", "elementwise",
                                               "recurrent")))
         timed.append(time_reduced(spec, points, device=device, dtype=dt, threads=threads, progress=progress,
-                                  statistic=statistic))
+                                  statistic=statistic, model=model_t))
     prof = _merge_profiles(profiles, statistic)
     rows = _merge_rows(timed, statistic)
     out = {"model": spec.name, "spec_notes": notes, "statistic": statistic, "rounds": rounds, "profile": prof,
-           "rows": rows, "trace": compare(rows, trace_estimate, spec, prof.table)}
+           "rows": rows, "traces": traces,
+           "trace": compare(rows, lambda m, table, phase, b, t: sum(lookup(table, f, k) for f, k in traces[(phase, b, t)]),
+                            spec, prof.table)}
+    del model_t
+    _dev.empty_cache(_dev.make_device(kind))
     out["composer"] = compare(rows, estimate, spec, prof.table) if estimate is not None else None
     return out
 
