@@ -142,7 +142,8 @@ def _short(text) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Measure this device: copy/read bandwidth, matmul peak, and one decode step "
                                       "of MHA, GQA, MQA and MLA (absorbed, recompute) at the same batch and context, "
-                                      "beside the roofline time predicted from the measured ceilings.")
+                                      "beside the roofline time predicted from the measured ceilings. With --profile: "
+                                      "the model's own op shapes as a kernel table (`bench --profile --help`).")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="default auto: cuda, else mps, else cpu")
     p.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions (about 10-20 s on a CPU)")
     p.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
