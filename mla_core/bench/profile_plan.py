@@ -463,9 +463,16 @@ def plan_profile(model: ModelSpec, *, tp: int = 1, device_kind: str = "cpu", dty
 def _cut_text(family: str, points: list[Point], plan: ProfilePlan, flop_cap, scan_cap) -> str:
     kept = plan.by_family(family)
     if family in ("gemm", "moe"):
-        kept_m = max((p.key["m"] if family == "gemm" else p.key["tokens"] for p in kept), default=0)
-        cut_m = sorted({p.key["m"] if family == "gemm" else p.key["tokens"] for p in points})
-        what = f"{family}: {len(points)} points over m = {cut_m[0]:,}..{cut_m[-1]:,} not measured (largest kept m {kept_m:,})"
+        axis = "m" if family == "gemm" else "tokens"
+
+        def shape(p):
+            return (f"n={p.key['n']:,} k={p.key['k']:,}" if family == "gemm"
+                    else f"inter={p.key['inter']:,} experts_local={p.key['experts_local']:,}")
+        parts = []
+        for sh in dict.fromkeys(shape(p) for p in points):
+            top = max((p.key[axis] for p in kept if shape(p) == sh), default=None)
+            parts.append(f"{sh} up to m={top:,}" if top else f"{sh} not at all")
+        what = f"{family}: {len(points)} points not measured ({'; '.join(parts)})"
     elif family == "attention_decode":
         what = (f"attention_decode: {len(points)} batch x context points not measured, e.g. B={points[0].key['batch']} "
                 f"T={points[0].key['context']:,}")
