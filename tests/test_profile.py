@@ -563,3 +563,12 @@ def test_a_kimi_linear_reduced_model_traces_mla_kda_and_moe():
     pre = R.trace_ops(spec, "prefill", 1, 16)
     assert {k["kind"] for f, k in pre if f == "attention_prefill"} == {"mla_mha"}
     assert {k["tokens"] for f, k in pre if f == "recurrent"} == {16}
+
+
+def test_the_profile_plan_schema_and_cli_parser_do_not_import_torch():
+    code = ("import sys, mla_core.bench.profile_plan as p, mla_core.bench.profile_cli as c\n"
+            "p.plan_profile(p.__dict__['ModelSpec'] and __import__('mla_core.presets').presets.load_model('deepseek-v3'))\n"
+            "c.build_parser()\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
