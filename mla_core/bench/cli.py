@@ -10,6 +10,8 @@
     torchrun --nproc-per-node N -m mla_core bench collectives ...   (mla_core.bench.collectives)
     python -m mla_core bench import FILE --model M --gpu G --tp N ...  (mla_core.store.engines)
     python -m mla_core bench history [--kind KIND] [--json]             (mla_core.store.cli)
+    python -m mla_core bench --profile --model M [--tp N] [--quick] [--out F] [--save]
+                                                        (mla_core.bench.profile_cli: a kernel table)
 
 The decode kernels run the attention shape of `--model` (default DeepSeek-V3) or `--config`,
 scaled down in batch and context (never in heads or widths) to fit the device, and the result
@@ -141,7 +143,8 @@ def _short(text) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Measure this device: copy/read bandwidth, matmul peak, and one decode step "
                                       "of MHA, GQA, MQA and MLA (absorbed, recompute) at the same batch and context, "
-                                      "beside the roofline time predicted from the measured ceilings.")
+                                      "beside the roofline time predicted from the measured ceilings. With --profile: "
+                                      "the model's own op shapes as a kernel table (`bench --profile --help`).")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="default auto: cuda, else mps, else cpu")
     p.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions (about 10-20 s on a CPU)")
     p.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
@@ -227,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..store.cli import main as history_main
 
         return history_main(argv[1:])
+    if "--profile" in argv:  # the model's own op shapes as a kernel table: mla_core.bench.profile_cli
+        from .profile_cli import main as profile_main
+
+        return profile_main(argv)
     bar = _Bar(sys.stderr, False)
     try:
         args = build_parser().parse_args(argv)

@@ -532,3 +532,44 @@ def point_estimate(decode: StepEstimate, prefill: tuple[StepEstimate, ...], dep:
         conf = "medium"
     return Estimate(rules.id, ttft, tpot, per_user, per_gpu, out_gpu, decode.time_s, ttft, decode.captured, source,
                     conf, tuple(notes))
+
+
+# --- a step from your own profile alone (the reduced-model check) ---------------------------------
+
+def estimate_from_profile(model: ModelSpec, table, *, phase: str, batch: int, context: int,
+                          bandwidth_TBps: float = 1e4, peak_TFLOPS: float = 1e6) -> float:
+    """Seconds of one step of `model` on one device (TP 1) composed from a `bench --profile` kernel
+    table alone (`table`: its dict, JSON file or stored run id): `phase` 'decode' is `batch`
+    sequences at `context` cached tokens; 'prefill' is `batch` sequences of `context` new tokens
+    each, no prefix, in one step (the GEMMs see all `batch x context` tokens, each sequence's
+    attention its own pairs). The same ops and the same sum as the serving estimate
+    (`forward_ops`, `step_time`), with no engine overhead and no CUDA graph (eager, as the local
+    torch run is). The device's roofline is set far above any CPU (`bandwidth_TBps`,
+    `peak_TFLOPS`) so that the table's measurements, not a datasheet, give every op its time;
+    ops the table lacks fall back to the uncalibrated model and are named in the op's source.
+    Raises MLAError on a bad phase, batch or context."""
+    from dataclasses import replace as _replace
+
+    from ..errors import MLAError
+    from ..hardware import custom_gpu
+    from .engines import engine_rules
+    from .ops import AttentionPrefill
+    from .tables import bind, kernel_tables
+
+    if phase not in ("decode", "prefill"):
+        raise MLAError(f"phase must be decode or prefill, got {phase!r}")
+    gpu = custom_gpu(1e4, bandwidth_TBps, peak_TFLOPS, peak_TFLOPS)
+    dep = Deployment(gpu=gpu, num_gpus=1, tp=1)
+    wl = Workload(input_len=max(1, context), output_len=1)
+    tables = bind(kernel_tables(gpu, "vllm", use="profile", profile=table), gpu, dep)
+    rules = _replace(engine_rules("vllm"), step_overhead_s=0.0, overlap_shared_experts_up_to=0)
+    if phase == "decode":
+        ops = forward_ops(model, dep, wl, decode_seqs=batch, context=context, graph=False)
+    else:
+        ops = [o for o in forward_ops(model, dep, wl, prefill_tokens=batch * context, graph=False)
+               if not isinstance(o, AttentionPrefill)]
+        ops += [_replace(o, calls=o.calls * batch) for o in forward_ops(model, dep, wl, prefill_tokens=context,
+                                                                        graph=False)
+                if isinstance(o, AttentionPrefill)]
+    gpu_s, _, _ = step_time([o.time(tables) for o in ops], rules, captured=False, overlap_tokens=0)
+    return gpu_s

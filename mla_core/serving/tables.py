@@ -345,8 +345,13 @@ def kernel_tables(gpu: GPU, backend: str, *, use: str = "auto", profile=None) ->
         raise MLAError(f"kernel tables must be one of {', '.join(TABLE_SOURCES)}, got {use!r}")
     key = None
     if profile is not None:
-        key = profile if isinstance(profile, (str, Path)) else id(profile)
-        key = str(key)
+        if isinstance(profile, (str, Path, int)):
+            key = str(profile)
+        else:  # a dict: by its content (an id() could be reused by a later, different table)
+            import hashlib
+            import json
+
+            key = "table:" + hashlib.sha1(json.dumps(profile, sort_keys=True, default=str).encode()).hexdigest()
         if key not in _profiles:
             _profiles[key] = ProfileTable(profile)
     elif use == "profile":
