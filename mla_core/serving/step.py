@@ -556,10 +556,18 @@ def estimate_from_profile(model: ModelSpec, table, *, phase: str, batch: int, co
     from .ops import AttentionPrefill
     from .tables import bind, kernel_tables
 
+    from .tables import load_profile_dict
+
     if phase not in ("decode", "prefill"):
         raise MLAError(f"phase must be decode or prefill, got {phase!r}")
+    data, _ = load_profile_dict(table)
+    # The dtype the profile ran at (the reduced model runs at it too: fp32 on a CPU).
+    dtype = next((r["dtype"] for r in data["ops"].get("gemm", []) if r.get("dtype")), model.torch_dtype)
+    from dataclasses import replace as _r
+
+    model = _r(model, torch_dtype=dtype, quant_method=None, expert_weights_dtype=None)
     gpu = custom_gpu(1e4, bandwidth_TBps, peak_TFLOPS, peak_TFLOPS)
-    dep = Deployment(gpu=gpu, num_gpus=1, tp=1)
+    dep = Deployment(gpu=gpu, num_gpus=1, tp=1, weights_dtype=dtype, kv_dtype=dtype)
     wl = Workload(input_len=max(1, context), output_len=1)
     tables = bind(kernel_tables(gpu, "vllm", use="profile", profile=table), gpu, dep)
     rules = _replace(engine_rules("vllm"), step_overhead_s=0.0, overlap_shared_experts_up_to=0)

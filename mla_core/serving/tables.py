@@ -262,6 +262,10 @@ def load_profile_dict(profile) -> tuple[dict, str]:
     return profile, str(profile.get("run_id") or name or profile.get("model") or "profile")
 
 
+# The absorbed MLA decode's two small GEMMs (serving/step.py names them so).
+ABSORBED_GEMMS = ("W_UK (absorbed)", "W_UV (absorbed)")
+
+
 class ProfileTable(KernelTable):
     """Your own measured op shapes (module docstring). Ops of a class or key the profile does not
     hold go to the next table."""
@@ -299,6 +303,11 @@ class ProfileTable(KernelTable):
                           f"at tp {self.data.get('tp')}; holds {', '.join(held) or 'nothing'}"]}
 
     def lookup(self, op, hw) -> Lookup | None:
+        if op.op_class == "gemm" and op.name in ABSORBED_GEMMS and any(
+                cls == "attention_decode" and key[0] == "mla_absorbed" for cls, key in self._grids):
+            # bench --profile times the absorbed decode whole, W_UK and W_UV inside the kernel
+            # (mla_core/bench/profile_plan.py): their own GEMMs take only their roofline here.
+            return Lookup(op.roofline_s(hw, op.work()), self.name, "inside the profile's mla_absorbed decode kernel")
         keys, axes = PROFILE_AXES[op.op_class]
         shape = op.shape()
         if op.op_class == "attention_decode" and shape["kind"] == "sliding":
