@@ -259,6 +259,210 @@ class BoundStepTimes:
         return np.maximum(np.maximum(nbytes / self.bandwidth_Bps, flops / self.peak_flops), comm)
 
 
+# --- step times from the estimate ------------------------------------------------------------------
+
+def _where(xs: list, last: int, x: float) -> tuple[int, float]:
+    """(i, t): x = xs[i] + t (xs[i + 1] - xs[i]) with i clamped to [0, last] (t outside [0, 1]
+    extends the first or last segment)."""
+    i = bisect.bisect_right(xs, x) - 1
+    if i < 0:
+        i = 0
+    elif i > last:
+        i = last
+    return i, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+class _LazyGrid:
+    """f(x, y) on the grid xs x ys (whole numbers, two or more each), each cell computed the first
+    time a lookup needs it and kept; read back by bilinear interpolation, extended along the last
+    segment beyond the grid (as _Curve). Exact on the grid points."""
+
+    __slots__ = ("xs", "ys", "f", "vals", "_nx", "_ny", "_ya")
+
+    def __init__(self, xs, ys, f):
+        self.xs, self.ys = [int(v) for v in xs], [int(v) for v in ys]
+        self._ya = np.asarray(self.ys, dtype=float)
+        self.f, self.vals = f, {}
+        self._nx, self._ny = len(self.xs) - 2, len(self.ys) - 2
+
+    def cell(self, i: int, j: int) -> float:
+        v = self.vals.get((i, j))
+        if v is None:
+            v = self.vals[(i, j)] = float(self.f(self.xs[i], self.ys[j]))
+        return v
+
+    def _row(self, i: int, j: int, ty: float) -> float:
+        c = self.cell(i, j)
+        return c if ty == 0 else c + ty * (self.cell(i, j + 1) - c)
+
+    def at(self, x: float, y: float) -> float:
+        i, tx = _where(self.xs, self._nx, x)
+        j, ty = _where(self.ys, self._ny, y)
+        lo = self._row(i, j, ty)
+        return lo if tx == 0 else lo + tx * (self._row(i + 1, j, ty) - lo)
+
+    def many(self, x: float, y) -> np.ndarray:
+        """at(x, each y) for an array y (x a number)."""
+        i, tx = _where(self.xs, self._nx, x)
+        y = np.asarray(y, dtype=float)
+        j = np.searchsorted(self._ya, y, side="right") - 1
+        np.minimum(np.maximum(j, 0, out=j), self._ny, out=j)
+        ty = (y - self._ya[j]) / (self._ya[j + 1] - self._ya[j])
+        lo_j, hi_j = int(j.min()), int(j.max()) + 1
+
+        def col(ii):
+            v = np.array([self.cell(ii, jj) for jj in range(lo_j, hi_j + 1)])
+            k = j - lo_j
+            return v[k] + ty * (v[k + 1] - v[k])
+
+        lo = col(i)
+        return lo if tx == 0 else lo + tx * (col(i + 1) - lo)
+
+
+class EstimateStepTimes:
+    """Step times of one replica from the estimate (docs/model.md, "Estimated step time";
+    mla_core/serving/step.py): a step's ops (`step.forward_ops`, on the busiest GPU of the group)
+    timed by the kernel tables and summed by `step.step_time` under the engine's rules, never
+    below the bound (`BoundStepTimes` at the same step).
+
+    How a step is composed, as step.py composes it:
+      decode only   `step.estimate_step(decode_seqs=d, context=T)` at the sequences' mean context
+                    T = decode_context_tokens / d: a CUDA graph up to the engine's graph batch
+                    (else launched eagerly), the shared experts overlapped where the engine does.
+      with prefill  step.py's mixed step: d decoding sequences and p prefill tokens in one pass,
+                    launched eagerly (never a graph), every op serial. Its ops fall in three sets
+                    that each depend on two of the step's figures: the decode attention on
+                    (d, T); the prefill attention and the kv_b up-projection on (p, s), s the
+                    cached prefix; everything else (GEMMs at d (k + 1) + p rows, the MoE, norms,
+                    collectives, lm_head, sampling) on (d, p). So, exactly on the tables' points,
+                        t = R(d, p) + [E(d, T) - E(d, 1)] + [P(p, s) - P(p, 0)] + overhead
+                    R the mixed step at T = 1, s = 0; E an eager decode step; P a prefill alone
+                    (each the ops' sum without the engine's per-step overhead).
+    The pairs: a chunk of p tokens after s computed ones has p s + p (p + 1) / 2 (query, key)
+    pairs (full causal: `layers` `keys_before` without a window, the StepTimes protocol's count),
+    so s = pairs / p - (p + 1) / 2; step.py then counts the pairs by each cache kind's own rule
+    (windows, chunks). A step of several prompts has fewer pairs than one chunk from zero: its
+    prefill-attention ops are scaled by pairs / (p (p + 1) / 2) (one variable-length kernel over
+    the prompts, its work in proportion to the pairs).
+
+    Tables: decode d x T, R over d x p, E over d x T, P over p x s; token counts 0..64 exactly then
+    geometric to `max_tokens`, contexts to `max_context` (window edges included). Each cell is
+    estimated the first time a step needs it (a run touches few of them) and read back by
+    bilinear interpolation, extended along the last segment beyond the tables.
+
+    `model` a ModelSpec, `deployment` a serving.Deployment (one replica of it is timed),
+    `workload` a serving.Workload (its spec_tokens); `engine` one of serving.engines.ENGINES,
+    `kernel_tables` / `profile` as `serving.search.estimator`. `source` names the engine and the
+    tables with their shares of a lone request's decode step and prefill (e.g. 'vLLM estimate:
+    aiconfigurator-core 0.12.0 h200_sxm/vllm 0.24.0 (95%), uncalibrated (5%)'); `confidence`
+    the decode step's (step.confidence). Raises MLAError on bad input or an unknown engine."""
+
+    def __init__(self, model, deployment, workload, *, engine: str = "vllm", kernel_tables: str = "auto",
+                 profile=None, max_tokens: int = 1 << 16, max_context: int = 1 << 20):
+        from .serving import check_deployment, check_workload, with_mtp_draft
+        from .serving.engines import engine_rules
+        from .serving.search import estimator
+        from .serving.step import confidence, describe_sources, estimate_step
+        from .serving.tables import bind
+
+        check_workload(workload)
+        model, _ = with_mtp_draft(model, workload)
+        check_deployment(model, deployment)
+        self.bound = BoundStepTimes(model, deployment, workload, max_tokens=max_tokens, max_context=max_context)
+        self.model, self.workload = model, workload
+        self.dep = replace(deployment, num_gpus=deployment.tp)
+        est = estimator(deployment.gpu, engine, kernel_tables, profile)
+        self.engine, self.kernel_tables = engine, est.table_names
+        self._rules = engine_rules(engine)
+        self._tables = bind(est.tables, deployment.gpu, self.dep)
+        self._estimate_step = estimate_step
+        self.overhead_s = self._rules.step_overhead_s
+        tokens = _grid(max_tokens, small=64, points=128)
+        windows = list(model.windows())
+        contexts = [c for c in _grid(max_context, small=16, points=64, extra=windows + [w + 1 for w in windows])
+                    if c >= 1]
+        prefixes = _grid(max_context, small=16, points=64, extra=windows + [w + 1 for w in windows])
+        # the batch edges where the engine's rules change: the largest CUDA-graph batch, the shared
+        # experts' overlap (step.estimate_step, step.step_time)
+        dp = self.dep.dp_attention and self.dep.tp > 1
+        graph = self._rules.graph_max_batch(deployment.gpu.memory_GB, self.dep.tp) * (self.dep.tp if dp else 1)
+        overlap = self._rules.overlap_shared_experts_up_to // (workload.spec_tokens + 1)
+        edges = [e + k for e in (graph, overlap) if 0 < e < max_tokens for k in (0, 1)]
+        seqs = sorted({d for d in tokens if d >= 1} | set(edges))
+        chunks = [p for p in tokens if p >= 1]
+        self._decode = _LazyGrid(seqs, contexts, lambda d, c: self._step(d, c, 0, 0).time_s)
+        self._rest = _LazyGrid(sorted(set(tokens) | set(edges)), chunks, lambda d, p: self._eager(d, 1, p, 0)[0])
+        self._eager_decode = _LazyGrid(sorted(set(tokens) | set(edges)), contexts, lambda d, c: self._eager(d, c, 0, 0)[0] if d else 0.0)
+        self._prefill = _LazyGrid(chunks, prefixes, lambda p, s: self._eager(0, 0, p, s)[0])
+        self._prefill_attention = _LazyGrid(chunks, [0, 1], lambda p, _s: self._eager(0, 0, p, 0)[1])
+        ref = max(1, workload.input_len)
+        dec = self._step(1, ref, 0, 0)
+        pre = self._step(0, 0, min(ref, self._rules.prefill_chunk(deployment.gpu.memory_GB)), 0)
+        self.source = f"{self._rules.label} estimate: {describe_sources(dec, pre)}"
+        self.confidence = confidence(dec)
+
+    def _step(self, d: int, c: int, p: int, s: int):
+        return self._estimate_step(self.model, self.dep, self.workload, self._tables, self._rules, decode_seqs=d,
+                                   context=c, prefill_tokens=p, prefix=s)
+
+    def _eager(self, d: int, c: int, p: int, s: int) -> tuple[float, float]:
+        """(the ops' sum, that of the prefill-attention ops) of one step launched eagerly, without the
+        per-step overhead: step.forward_ops timed and summed by step.step_time, as estimate_step
+        does for a step with prefill."""
+        from .serving.step import forward_ops, step_time
+
+        ops = forward_ops(self.model, self.dep, self.workload, decode_seqs=d, context=c, prefill_tokens=p, prefix=s,
+                          graph=False)
+        times = [op.time(self._tables) for op in ops]
+        total = step_time(times, self._rules, captured=False, overlap_tokens=0)[0]
+        attn = step_time([t for t in times if t.op_class == "attention_prefill"], self._rules, captured=False,
+                         overlap_tokens=0)[0]
+        return total, attn
+
+    def _one(self, d, ctx, p, pairs) -> float:
+        if not p:
+            return self._decode.at(d, ctx / d) if d else 0.0
+        t = self._rest.at(d, p) + self.overhead_s
+        if d:
+            mean = ctx / d
+            t += self._eager_decode.at(d, mean) - self._eager_decode.at(d, 1)
+        s = pairs / p - (p + 1) / 2
+        if s >= 0:
+            t += self._prefill.at(p, s) - self._prefill.at(p, 0)
+        else:
+            t -= self._prefill_attention.at(p, 0) * (1 - pairs / (p * (p + 1) / 2))
+        return t
+
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens):
+        """Seconds of one step (see the class docstring), at least the bound's; arrays broadcast."""
+        d, p = decode_seqs, prefill_tokens
+        bound = self.bound.step_s(d, decode_context_tokens, p, prefill_context_tokens)
+        scalars = (d, decode_context_tokens, p, prefill_context_tokens)
+        if all(isinstance(v, (int, float)) for v in scalars):
+            return max(self._one(d, decode_context_tokens, p, prefill_context_tokens), bound)
+        if isinstance(d, (int, float)) and isinstance(p, (int, float)) and not p and d:
+            mean = np.asarray(decode_context_tokens, dtype=float) / d
+            return np.maximum(self._decode.many(d, mean), bound)
+        b = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in scalars))
+        est = np.array([self._one(int(dd) if float(dd).is_integer() else dd, c, int(pp) if float(pp).is_integer() else pp, q)
+                        for dd, c, pp, q in zip(*(v.ravel() for v in b))]).reshape(b[0].shape)
+        return np.maximum(est, bound)
+
+
+def estimate_or_bound(model, deployment, workload, *, engine: str | None = "vllm", kernel_tables: str = "auto",
+                      profile=None) -> tuple:
+    """(StepTimes, note): `EstimateStepTimes` for `engine`, or `BoundStepTimes` when `engine` is
+    None or the estimate cannot be made (the note says why; '' otherwise). Raises MLAError only
+    when the bound cannot be made either (a deployment that cannot be built)."""
+    if engine is not None:
+        try:
+            return EstimateStepTimes(model, deployment, workload, engine=engine, kernel_tables=kernel_tables,
+                                     profile=profile), ""
+        except MLAError as e:
+            return BoundStepTimes(model, deployment, workload), f"no estimate ({e}): step times from the bound"
+    return BoundStepTimes(model, deployment, workload), ""
+
+
 # --- the cache --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -1049,18 +1253,28 @@ def max_rate_at_slo(step_times: StepTimes, kv: KVCache, config: TrafficConfig, *
 # --- a plan's traffic -------------------------------------------------------------------------------
 
 def plan_traffic(model, deployment, config: TrafficConfig, *, step_times: StepTimes | None = None,
+                 engine: str | None = "vllm", kernel_tables: str = "auto", profile=None,
                  search_rate: bool = True) -> TrafficResult:
     """`config` served by `deployment` (a serving.Deployment; its replicas set config.replicas)
-    with `step_times` (default: BoundStepTimes), the cache from `kv_cache_for`, and
-    `max_rate_at_slo` when SLOs are given and `search_rate`. Raises MLAError on bad input."""
+    with `step_times` (default: `EstimateStepTimes` for `engine`, `kernel_tables` and `profile`;
+    `BoundStepTimes` when `engine` is None or the estimate cannot be made, with a note), the cache
+    from `kv_cache_for`, and `max_rate_at_slo` when SLOs are given and `search_rate`. Raises
+    MLAError on bad input."""
     from .serving import with_mtp_draft
 
     cfg = replace(config, replicas=deployment.replicas)
     wl = check_config(cfg).workload()
     model, _ = with_mtp_draft(model, wl)
-    st = step_times if step_times is not None else BoundStepTimes(model, deployment, wl)
+    note = ""
+    if step_times is not None:
+        st = step_times
+    else:
+        st, note = estimate_or_bound(model, deployment, wl, engine=engine, kernel_tables=kernel_tables,
+                                     profile=profile)
     kv = kv_cache_for(model, deployment)
     result = simulate(st, kv, cfg)
+    if note:
+        result = replace(result, notes=result.notes + (note,))
     if search_rate and cfg.slos:
         found = max_rate_at_slo(st, kv, cfg)
         notes = result.notes + ((f"max_rate_at_slo: {found['note']}",) if found["note"] else ())
@@ -1119,12 +1333,14 @@ class ReplayReport:
         return d
 
 
-def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> ReplayReport:
+def replay(run, *, step_times_for=None, engine: str | None = None, gpu_memory_utilization: float = 0.9
+           ) -> ReplayReport:
     """Replay an imported engine result (the dict the importer's `load_engine_file` returns, or a
     history run {"result": ...}) with each run's own settings: num_prompts (or the requests
     completed), rate (None: all at once), max_concurrency, the mean lengths, SGLang's
     random_range_ratio in SGLang's meaning, on the run's model, GPU and split. `step_times_for`:
-    a callable (model, deployment, workload) -> StepTimes (default BoundStepTimes). Engine
+    a callable (model, deployment, workload) -> StepTimes (default: `estimate_or_bound` with
+    `engine`, else the result's own engine where the estimate has its rules, else vLLM's). Engine
     defaults the file does not record are vLLM's (`vllm_batch_defaults`). Compares mean, median and
     p99 of TTFT, TPOT, ITL and E2E, request and output-token throughput. Raises MLAError for a
     result that is not a served benchmark (`sglang_one_batch` has no traffic to replay)."""
@@ -1143,7 +1359,10 @@ def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> 
                      kv_dtype=s["kv_dtype"], gpu_memory_utilization=gpu_memory_utilization)
     batched, seqs = vllm_batch_defaults(gpu)
     e2e_key = _ENGINE_E2E[result["format"]]
-    points, cache = [], {}
+    from .serving.engines import ENGINES
+
+    eng_rules = engine or (result["engine"] if result["engine"] in ENGINES else "vllm")
+    points, cache, notes = [], {}, []
     for p in result["points"]:
         w, f = p["workload"], p.get("engine_fields", {})
         rate = w.get("request_rate")
@@ -1162,7 +1381,12 @@ def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> 
         if key not in cache:
             wl = cfg.workload()
             m, _ = with_mtp_draft(model, wl)
-            st = (step_times_for or BoundStepTimes)(m, dep, wl)
+            if step_times_for is not None:
+                st = step_times_for(m, dep, wl)
+            else:
+                st, note = estimate_or_bound(m, dep, wl, engine=eng_rules)
+                if note and note not in notes:
+                    notes.append(note)
             cache[key] = (st, kv_cache_for(m, dep))
         st, kv = cache[key]
         sim = simulate(st, kv, cfg)
@@ -1189,7 +1413,7 @@ def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> 
                         step_times=source, points=tuple(points),
                         median_abs_error_pct={k: float(np.median(v)) for k, v in med.items()},
                         notes=("engine settings the file does not record (max_num_seqs, max_num_batched_tokens) "
-                               "are vLLM's defaults for the GPU",))
+                               "are vLLM's defaults for the GPU", *notes))
 
 
 def _error(metric: str, measured, simulated) -> dict | None:
