@@ -84,12 +84,15 @@ class StepTimes(Protocol):
     summing to `decode_context_tokens` (each sequence's tokens so far, the one it feeds included);
     mixed in, `prefill_tokens` new prefill tokens of one or more prompts (chunked prefill) whose
     causal attention covers `prefill_context_tokens` (query, key) pairs in total: a chunk of c
-    tokens after s computed ones adds c s + c (c + 1) / 2. Any argument may be a numpy array (the
-    answer is then an array of the broadcast shape). `source` names where the times come from."""
+    tokens after s computed ones adds c s + c (c + 1) / 2; `prefill_prompts` how many prompts
+    those chunks belong to (None: one; under DP-attention each prompt runs on one GPU of the
+    group, so it sets how the tokens spread). Any argument may be a numpy array (the answer is
+    then an array of the broadcast shape). `source` names where the times come from."""
 
     source: str
 
-    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens): ...
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens,
+               prefill_prompts=None): ...
 
 
 # --- step times from the bound ---------------------------------------------------------------------
@@ -214,8 +217,10 @@ class BoundStepTimes:
                 self._parts[d] = got
         return got
 
-    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens):
-        """Seconds of one step (see the class docstring); arrays broadcast."""
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens,
+               prefill_prompts=None):
+        """Seconds of one step (see the class docstring); arrays broadcast. The bound does not
+        use `prefill_prompts` (its prefill work is the group's, spread evenly)."""
         d, p = decode_seqs, prefill_tokens
         if isinstance(d, int) and isinstance(p, int) and not p:
             nbytes, flops, comm, b_gpu = self._decode_part(d)
@@ -344,9 +349,15 @@ class EstimateStepTimes:
     (windows, chunks). A step of several prompts has fewer pairs than one chunk from zero: its
     prefill-attention ops are scaled by pairs / (p (p + 1) / 2) (one variable-length kernel over
     the prompts, its work in proportion to the pairs).
+    Under DP-attention every prompt is prefilled by one GPU of the group, the group's GPUs step
+    together, and the experts / MLP see every GPU's tokens: n = `prefill_prompts` prompts spread
+    over min(n, tp) GPUs, the busiest one's attention side takes p / min(n, tp) of the tokens and
+    of the pairs (`step.forward_ops` with `group_prefill_tokens` = p), so a lone prompt runs on
+    one GPU (the plan's TTFT) and a full step on all of them. R is then tabulated per min(n, tp).
 
-    Tables: decode d x T, R over d x p, E over d x T, P over p x s; token counts 0..64 exactly then
-    geometric to `max_tokens`, contexts to `max_context` (window edges included). Each cell is
+    Tables: decode d x T and the prefill tokens p of R and P (0..64 exactly, then 128 points
+    geometric to `max_tokens`: the GEMMs' and collectives' steps in the tokens), R's and E's d
+    (0..16, then 64 points), contexts and prefixes to `max_context` (window edges included). Each cell is
     estimated the first time a step needs it (a run touches few of them) and read back by
     bilinear interpolation, extended along the last segment beyond the tables.
 
@@ -377,11 +388,12 @@ class EstimateStepTimes:
         self._tables = bind(est.tables, deployment.gpu, self.dep)
         self._estimate_step = estimate_step
         self.overhead_s = self._rules.step_overhead_s
-        tokens = _grid(max_tokens, small=64, points=128)
+        tokens = _grid(max_tokens, small=64, points=128)  # decode batches: TPOT reads these
+        coarse = _grid(max_tokens, small=16, points=64)  # the mixed step's axes (a cell costs ~4 ms)
         windows = list(model.windows())
         contexts = [c for c in _grid(max_context, small=16, points=64, extra=windows + [w + 1 for w in windows])
                     if c >= 1]
-        prefixes = _grid(max_context, small=16, points=64, extra=windows + [w + 1 for w in windows])
+        prefixes = _grid(max_context, small=16, points=48, extra=windows + [w + 1 for w in windows])
         # the batch edges where the engine's rules change: the largest CUDA-graph batch, the shared
         # experts' overlap (step.estimate_step, step.step_time)
         dp = self.dep.dp_attention and self.dep.tp > 1
@@ -391,8 +403,10 @@ class EstimateStepTimes:
         seqs = sorted({d for d in tokens if d >= 1} | set(edges))
         chunks = [p for p in tokens if p >= 1]
         self._decode = _LazyGrid(seqs, contexts, lambda d, c: self._step(d, c, 0, 0).time_s)
-        self._rest = _LazyGrid(sorted(set(tokens) | set(edges)), chunks, lambda d, p: self._eager(d, 1, p, 0)[0])
-        self._eager_decode = _LazyGrid(sorted(set(tokens) | set(edges)), contexts, lambda d, c: self._eager(d, c, 0, 0)[0] if d else 0.0)
+        self._dp = dp
+        self._rest_axes = (sorted(set(coarse) | set(edges)), chunks)
+        self._rests: dict[int, _LazyGrid] = {}
+        self._eager_decode = _LazyGrid(sorted(set(coarse) | set(edges)), contexts, lambda d, c: self._eager(d, c, 0, 0)[0] if d else 0.0)
         self._prefill = _LazyGrid(chunks, prefixes, lambda p, s: self._eager(0, 0, p, s)[0])
         self._prefill_attention = _LazyGrid(chunks, [0, 1], lambda p, _s: self._eager(0, 0, p, 0)[1])
         ref = max(1, workload.input_len)
@@ -405,24 +419,35 @@ class EstimateStepTimes:
         return self._estimate_step(self.model, self.dep, self.workload, self._tables, self._rules, decode_seqs=d,
                                    context=c, prefill_tokens=p, prefix=s)
 
-    def _eager(self, d: int, c: int, p: int, s: int) -> tuple[float, float]:
+    def _rest(self, spread: int) -> _LazyGrid:
+        """R(d, p) of a step whose prefill spreads over `spread` GPUs (1 without DP-attention)."""
+        g = self._rests.get(spread)
+        if g is None:
+            g = self._rests[spread] = _LazyGrid(
+                *self._rest_axes, lambda d, p: self._eager(d, 1, -(-p // spread), 0, group=p if self._dp else None)[0])
+        return g
+
+    def _eager(self, d: int, c: int, p: int, s: int, group: int | None = None) -> tuple[float, float]:
         """(the ops' sum, that of the prefill-attention ops) of one step launched eagerly, without the
         per-step overhead: step.forward_ops timed and summed by step.step_time, as estimate_step
         does for a step with prefill."""
         from .serving.step import forward_ops, step_time
 
         ops = forward_ops(self.model, self.dep, self.workload, decode_seqs=d, context=c, prefill_tokens=p, prefix=s,
-                          graph=False)
+                          graph=False, group_prefill_tokens=group)
         times = [op.time(self._tables) for op in ops]
         total = step_time(times, self._rules, captured=False, overlap_tokens=0)[0]
         attn = step_time([t for t in times if t.op_class == "attention_prefill"], self._rules, captured=False,
                          overlap_tokens=0)[0]
         return total, attn
 
-    def _one(self, d, ctx, p, pairs) -> float:
+    def _one(self, d, ctx, p, pairs, n=None) -> float:
         if not p:
             return self._decode.at(d, ctx / d) if d else 0.0
-        t = self._rest.at(d, p) + self.overhead_s
+        spread = min(max(int(n or 1), 1), self.dep.tp) if self._dp else 1
+        t = self._rest(spread).at(d, p) + self.overhead_s
+        if spread > 1:  # the busiest GPU's share of the prefill attention
+            p, pairs = p / spread, pairs / spread
         if d:
             mean = ctx / d
             t += self._eager_decode.at(d, mean) - self._eager_decode.at(d, 1)
@@ -433,18 +458,21 @@ class EstimateStepTimes:
             t -= self._prefill_attention.at(p, 0) * (1 - pairs / (p * (p + 1) / 2))
         return t
 
-    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens):
-        """Seconds of one step (see the class docstring), at least the bound's; arrays broadcast."""
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens,
+               prefill_prompts=None):
+        """Seconds of one step (see the class docstring), at least the bound's; arrays broadcast
+        (`prefill_prompts` a number)."""
         d, p = decode_seqs, prefill_tokens
         bound = self.bound.step_s(d, decode_context_tokens, p, prefill_context_tokens)
         scalars = (d, decode_context_tokens, p, prefill_context_tokens)
         if all(isinstance(v, (int, float)) for v in scalars):
-            return max(self._one(d, decode_context_tokens, p, prefill_context_tokens), bound)
+            return max(self._one(d, decode_context_tokens, p, prefill_context_tokens, prefill_prompts), bound)
         if isinstance(d, (int, float)) and isinstance(p, (int, float)) and not p and d:
             mean = np.asarray(decode_context_tokens, dtype=float) / d
             return np.maximum(self._decode.many(d, mean), bound)
         b = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in scalars))
-        est = np.array([self._one(int(dd) if float(dd).is_integer() else dd, c, int(pp) if float(pp).is_integer() else pp, q)
+        est = np.array([self._one(int(dd) if float(dd).is_integer() else dd, c,
+                                  int(pp) if float(pp).is_integer() else pp, q, prefill_prompts)
                         for dd, c, pp, q in zip(*(v.ravel() for v in b))]).reshape(b[0].shape)
         return np.maximum(est, bound)
 
@@ -978,7 +1006,8 @@ class _Engine:
             before = self.computed[r]
             p += c
             pairs += c * before + c * (c + 1) // 2
-        dt = self.st.step_s(d, self.A + d * self.tps * s, p, pairs)
+        dt = self.st.step_s(d, self.A + d * self.tps * s, p, pairs, len(chunks)) if chunks else \
+            self.st.step_s(d, self.A + d * self.tps * s, 0, 0)
         t_end = t + dt
         if d:
             self.itl_v.append(dt)
@@ -1421,3 +1450,161 @@ def _error(metric: str, measured, simulated) -> dict | None:
         return None
     err = (simulated - measured) / measured * 100.0 if measured > 0 else None
     return {"metric": metric, "measured": float(measured), "simulated": float(simulated), "error_pct": err}
+
+
+# --- replaying published runs -----------------------------------------------------------------------
+
+# Issue 19's goal for the replay of published runs: median |error| of the mean TTFT and the mean TPOT.
+REPLAY_GOAL_PCT = 20.0
+REPLAY_GOAL_METRICS = ("mean_ttft_s", "mean_tpot_s")
+_PUBLISHED_STATS = (("mean", "mean"), ("median", "p50"), ("p99", "p99"))
+# the benchmark tools whose --random-range-ratio the runs name, and the meaning each gives it
+_SGLANG_TOOLS = ("sglang", "bench_serving")
+
+
+def _published_config(run: dict, point: dict, gpu, replicas: int, engine: str) -> tuple[TrafficConfig, list[str]]:
+    """The TrafficConfig of one published point (data/traffic_runs.json), and notes on what the
+    source does not give."""
+    from .serving.engines import engine_rules
+
+    notes = []
+    w = point.get("workload") or run["workload"]
+    bench = run.get("benchmark", {})
+    tool = str(bench.get("tool", "")).lower()
+    ratio = w.get("random_range_ratio", bench.get("random_range_ratio"))
+    if ratio is not None and w.get("random_input_len") and w.get("dataset", "random") == "random":
+        convention = "sglang" if any(t in tool for t in _SGLANG_TOOLS) else "vllm"
+        if convention == "vllm" and ratio >= 1:
+            ratio = 0.0
+        lengths = dict(input_len=int(w["random_input_len"]), output_len=int(w["random_output_len"]),
+                       random_range_ratio=float(ratio), range_convention=convention)
+    else:
+        lengths = dict(input_len=max(1, round(w["input_len"])), output_len=max(1, round(w["output_len"])))
+        if w.get("dataset") not in (None, "random"):
+            notes.append(f"the {w['dataset']} dataset replayed at its mean lengths "
+                         f"({lengths['input_len']:,} in / {lengths['output_len']:,} out)")
+    rate = point.get("request_rate")
+    seqs = vllm_batch_defaults(gpu)[1]
+    chunk = engine_rules(engine).prefill_chunk(gpu.memory_GB)
+    par = run["parallelism"]
+    if par.get("dp_attention") and par["tp"] > 1:  # every DP rank schedules its own requests and chunk
+        seqs, chunk = seqs * par["tp"], chunk * par["tp"]
+    prompts = point.get("num_prompts") or point.get("completed")
+    if not prompts:
+        prompts = 10 * (point.get("max_concurrency") or 100)
+        notes.append(f"num_prompts not printed: {prompts:,} (ten per client) assumed")
+    cfg = TrafficConfig(**lengths, num_prompts=int(prompts),
+                        rate=math.inf if rate is None else float(rate), max_concurrency=point.get("max_concurrency"),
+                        max_num_seqs=seqs, max_num_batched_tokens=max(chunk, seqs * (w.get("spec_tokens", 0) + 1)),
+                        prefix_hit=w.get("prefix_hit", 0.0), spec_tokens=w.get("spec_tokens", 0),
+                        acceptance=w.get("acceptance", 0.0), replicas=replicas)
+    return cfg, notes
+
+
+def replay_published(ids=None, *, engine: str | None = None) -> dict:
+    """Every run of data/traffic_runs.json (or those in `ids`) replayed through `simulate` with
+    its own settings: each point's arrivals (closed loop of `max_concurrency` clients, Poisson at
+    `request_rate`, or all at once), `num_prompts`, lengths (fixed, or the tool's random range in
+    its own convention: SGLang's bench_serving or vLLM's; a dataset at its mean lengths), on the
+    run's model, GPU and split, with `estimate_or_bound` step times for the run's engine
+    (serving.published.estimate_engine; `engine` overrides it). Engine limits the sources do not
+    print: `max_num_seqs` vLLM's default for the GPU, `max_num_batched_tokens` the engine's
+    default chunk (engines.EngineRules.prefill_chunk), both per DP rank under DP-attention; a split the deployment cannot express yet
+    (MoE TP x EP inside a group) runs with its experts tensor-parallel, and says so.
+
+    Returns {'runs': [{'id', 'title', 'engine', 'estimate_engine', 'model', 'gpu', 'split',
+    'step_times', 'notes', 'points': [{'settings', 'source', 'errors': [{'metric', 'measured',
+    'simulated', 'error_pct'}], 'sim_wall_s', 'simulated_requests'}], 'median_abs_error_pct'}],
+    'by_metric': {metric: {'points', 'median_abs_error_pct', 'worst'}}, 'goal': {'metrics',
+    'max_median_abs_error_pct', 'median_abs_error_pct': {metric: value}, 'met'}, 'points',
+    'simulated_requests', 'sim_wall_s', 'requests_per_s'}. Metrics: `{mean,median,p99}_{ttft_s,
+    tpot_s,itl_s,e2e_s}`, `request_throughput`, `output_tokens_per_s` (the deployment's; per GPU
+    where the source prints per GPU), error = (simulated - measured) / measured x 100. Raises
+    MLAError when the file cannot be read."""
+    from .presets import _load, load_gpu, load_model
+    from .serving import Deployment, with_mtp_draft
+    from .serving.published import estimate_engine
+
+    try:
+        runs = _load("traffic_runs.json")["runs"]
+    except (KeyError, TypeError) as e:
+        raise MLAError(f"data/traffic_runs.json: unreadable ({e})") from None
+    if ids is not None:
+        want = set(ids)
+        runs = [r for r in runs if r["id"] in want]
+    out_runs, wall, requests = [], 0.0, 0
+    per_metric: dict[str, list] = {}
+    for run in runs:
+        try:
+            model, gpu = load_model(run["model"]), load_gpu(run["gpu"])
+            par = run["parallelism"]
+        except KeyError as e:
+            raise MLAError(f"data/traffic_runs.json: {run.get('id')}: missing {e}") from None
+        eng = engine or estimate_engine(run.get("engine", ""))
+        notes = []
+        dep = Deployment(gpu=gpu, num_gpus=par["num_gpus"], gpus_per_node=par["gpus_per_node"], tp=par["tp"],
+                         dp_attention=par["dp_attention"], ep=par["ep"], weights_dtype=run.get("weights_dtype"),
+                         kv_dtype=run.get("kv_dtype", "auto"))
+        from .serving import check_deployment
+
+        try:
+            check_deployment(model, dep)
+        except MLAError as e:
+            dep = replace(dep, ep=1)
+            notes.append(f"split not expressible here ({e}): replayed with the experts tensor-parallel (ep 1)")
+        cache = {}
+        points = []
+        for p in run["points"]:
+            cfg, pnotes = _published_config(run, p, gpu, dep.replicas, eng)
+            wl = cfg.workload()
+            m, _ = with_mtp_draft(model, wl)
+            key = (wl.spec_tokens, wl.acceptance, cfg.input_len if list(m.windows()) else None)
+            if key not in cache:
+                st, note = estimate_or_bound(m, dep, wl, engine=eng)
+                if note:
+                    notes.append(note)
+                cache[key] = (st, kv_cache_for(m, dep))
+            st, kv = cache[key]
+            sim = simulate(st, kv, cfg)
+            wall += sim.sim_wall_s
+            requests += sim.simulated_requests
+            errors = []
+            for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+                got, given = getattr(sim, name), p.get(name) or {}
+                for stat, attr in _PUBLISHED_STATS:
+                    errors.append(_error(f"{stat}_{name}", given.get(stat), getattr(got, attr)))
+            errors.append(_error("request_throughput", p.get("request_throughput"), sim.request_throughput))
+            if "output_tokens_per_s" in p:
+                errors.append(_error("output_tokens_per_s", p["output_tokens_per_s"], sim.output_tokens_per_s))
+            elif "output_tokens_per_s_per_gpu" in p:
+                errors.append(_error("output_tokens_per_s_per_gpu", p["output_tokens_per_s_per_gpu"],
+                                     sim.output_tokens_per_s / dep.num_gpus))
+            errors = tuple(e for e in errors if e)
+            for e in errors:
+                if e["error_pct"] is not None:
+                    per_metric.setdefault(e["metric"], []).append((abs(e["error_pct"]), run["id"], e["error_pct"]))
+            points.append({"settings": cfg.to_dict(), "source": p.get("source", ""), "errors": [dict(e) for e in errors],
+                           "notes": pnotes + list(sim.notes), "sim_wall_s": sim.sim_wall_s,
+                           "simulated_requests": sim.simulated_requests, "saturated": sim.saturated})
+        med = {}
+        for pt in points:
+            for e in pt["errors"]:
+                if e["error_pct"] is not None:
+                    med.setdefault(e["metric"], []).append(abs(e["error_pct"]))
+        out_runs.append({"id": run["id"], "title": run.get("title", run["id"]), "engine": run.get("engine", ""),
+                         "estimate_engine": eng, "model": model.name, "gpu": gpu.id, "split": dep.split,
+                         "step_times": next(iter(cache.values()))[0].source if cache else "",
+                         "notes": list(dict.fromkeys(notes)), "points": points,
+                         "median_abs_error_pct": {k: float(np.median(v)) for k, v in med.items()}})
+    by_metric = {}
+    for k, v in per_metric.items():
+        worst = max(v)
+        by_metric[k] = {"points": len(v), "median_abs_error_pct": float(np.median([a for a, _, _ in v])),
+                        "worst": {"run": worst[1], "error_pct": worst[2]}}
+    goal = {k: by_metric[k]["median_abs_error_pct"] if k in by_metric else None for k in REPLAY_GOAL_METRICS}
+    return {"runs": out_runs, "by_metric": by_metric,
+            "goal": {"metrics": list(REPLAY_GOAL_METRICS), "max_median_abs_error_pct": REPLAY_GOAL_PCT,
+                     "median_abs_error_pct": goal,
+                     "met": all(v is not None and v <= REPLAY_GOAL_PCT for v in goal.values())},
+            "points": sum(len(r["points"]) for r in out_runs), "simulated_requests": requests, "sim_wall_s": wall,
+            "requests_per_s": requests / wall if wall > 0 else None}

@@ -48,7 +48,7 @@ def test_mixed_steps_are_step_pys_mixed_step_on_the_table(r1):
     model, dep, wl, st, tables = r1
     rules = engine_rules("vllm")
     c = next(v for v in st._eager_decode.ys if v >= 3000)
-    p = next(v for v in st._rest.ys if v >= 1000)
+    p = next(v for v in st._rest(1).ys if v >= 1000)
     s = next(v for v in st._prefill.ys if v >= 2000)
     for d in (0, 3, 40):
         for prefix in (0, s):
@@ -78,7 +78,7 @@ def test_several_prompts_in_one_step_cost_less_attention_than_one(r1):
     four = st.step_s(0, 0, 2048, 4 * _pairs(512, 0))
     assert four < one
     # only the prefill attention shrinks: the GEMMs of 2,048 rows stay
-    assert four > st._rest.at(0, 2048) - st._prefill_attention.at(2048, 0)
+    assert four > st._rest(1).at(0, 2048) - st._prefill_attention.at(2048, 0)
 
 
 @pytest.mark.parametrize("preset, gpu, tp, dp, ep", [

@@ -592,28 +592,71 @@ def aic_table(gpu_id: str, backend: str) -> AicTable | None:
 
 @functools.lru_cache(maxsize=64)
 def _engine(model_path: str, system: str, backend: str, tp: int, adp: int, moe_tp: int, moe_ep: int, kv: str,
-            fmha: str):
+            fmha: str, gemm: str | None = None, moe: str | None = None):
     import logging
 
     from aiconfigurator_core.sdk import EngineHandle
 
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
     return EngineHandle.compile(model_path, system, backend, tp_size=tp, attention_dp_size=adp, moe_tp_size=moe_tp,
-                                moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha)
+                                moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha,
+                                gemm_quant_mode=gemm, moe_quant_mode=moe)
 
 
-def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None = None) -> dict:
-    """aiconfigurator-core's own estimate (its Rust engine, `EngineHandle`) at `point` of `dep`,
-    beside ours: `available` False with a `reason` where it cannot (not installed, the GPU has no
-    system, it does not know the model, the split or the dtypes). Otherwise `system`,
-    `backend`, `model_path`, `decode_step_s` (its `decode_step_latency`: one step of the
-    replica's batch at the input length, with the output length for its context growth),
-    `tpot_s`, `ttft_s` (its `predict_prefill_latency` of one request), and `ours_over_aic` (our
-    estimate / its figure, for TPOT and TTFT). Its API facts (docs/model.md): MoE needs
-    tp x attention_dp = moe_tp x moe_ep; `predict_decode_latency` is the total over the output,
-    not one step; the first query loads its tables (about a second)."""
+def _model_path(model) -> str | None:
+    """What aiconfigurator-core's engine is compiled from, without a download: the preset's
+    Hugging Face repo where aiconfigurator-core 0.12.0 ships its config (model_configs/
+    owner--name_config.json), else a local folder holding the preset's own config.json (its
+    loader reads a local path first); None for a model with neither."""
+    import hashlib
+    import json
+    import tempfile
+
+    from ..presets import model_entries
     from .commands import model_path_for
 
+    repo = model_path_for(model)
+    root = systems_dir()
+    if root is not None and (root.parent / "model_configs" / f"{repo.replace('/', '--')}_config.json").is_file():
+        return repo
+    try:
+        cfg = (model_entries().get(model.name) or {}).get("config")
+    except Exception:
+        cfg = None
+    if not cfg:
+        return None
+    text = json.dumps(cfg, sort_keys=True)
+    folder = Path(tempfile.gettempdir()) / "mla_explorer_aic_configs" / hashlib.sha1(text.encode()).hexdigest()[:16]
+    if not (folder / "config.json").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"config.json.{hashlib.sha1(str(id(cfg)).encode()).hexdigest()[:8]}"
+        tmp.write_text(text)
+        tmp.replace(folder / "config.json")
+    return str(folder)
+
+
+# Our weights dtypes -> aiconfigurator-core's (GEMMQuantMode, MoEQuantMode); a block-scaled fp8
+# checkpoint (DeepSeek's) is fp8_block for both.
+_QUANT = {"bf16": ("bfloat16", "bfloat16"), "fp16": ("bfloat16", "bfloat16"), "fp8": ("fp8", "fp8"),
+          "fp4": ("nvfp4", "nvfp4"), "nvfp4": ("nvfp4", "nvfp4")}
+
+
+def aic_estimate(model, dep, wl, batch_per_replica: int, engine: str, *, weights_dtype: str | None = None,
+                 prefill_prompts: int = 1) -> dict:
+    """aiconfigurator-core's own estimate (its Rust engine, `EngineHandle`) of one replica of
+    `dep` holding `batch_per_replica` sequences: `available` False with a `reason` where it
+    cannot (not installed, the GPU has no system, the model or its architecture unknown to it,
+    the split or the dtypes it has no tables for). Otherwise `system`, `backend`, `version`,
+    `model_path`, `split` (its arguments), and, per its API (docs/model.md):
+        decode_step_s                 `decode_step_latency` of the rank's batch at the input length
+        tpot_s                        that step / the tokens a step emits
+        ttft_s                        `predict_prefill_latency` of one request
+        tokens_per_s_per_gpu          decode steps only: the rank's batch x tokens a step / the step
+        output_tokens_per_s_per_gpu   `run_static` (the batch prefilled, then decoded): batch x
+                                      output_len / its total time
+        input_tokens_per_s_per_gpu    `predict_prefill_latency` of `prefill_prompts` requests at once
+    each per GPU. Its batch is per attention-DP rank (with DP-attention, the replica's batch / tp);
+    the weights dtype maps to its quant modes (`_QUANT`; the checkpoint's own when None)."""
     def no(reason):
         return {"available": False, "reason": reason}
 
@@ -622,9 +665,16 @@ def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None
     system = AIC_SYSTEMS.get(dep.gpu.id)
     if system is None:
         return no(f"aiconfigurator-core has no measured system for GPU {dep.gpu.id}")
+    path = _model_path(model)
+    if path is None:
+        return no(f"aiconfigurator-core has no config for {model.name} and the model has none to hand it")
+    gemm = moe = None
     if weights_dtype not in (None, model.default_weights_dtype):
-        return no("aiconfigurator-core reads the checkpoint's own quantization; a weights dtype override has no match")
-    path = model_path_for(model)
+        if weights_dtype not in _QUANT:
+            return no(f"aiconfigurator-core has no quant mode for {weights_dtype} weights")
+        gemm, moe = _QUANT[weights_dtype]
+    if model.quant_method == "fp8" and weights_dtype in (None, "fp8"):
+        gemm = moe = None  # the checkpoint's own block-scaled fp8, as it reads it
     tp, ep = dep.tp, dep.ep
     dp = dep.dp_attention and tp > 1
     tp_size, adp = (1, tp) if dp else (tp, 1)
@@ -636,22 +686,38 @@ def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None
     kv_mode = "bfloat16" if kv in ("bf16", "fp16") else "fp8" if kv.startswith("fp8") else None
     if kv_mode is None:
         return no(f"aiconfigurator-core has no KV-cache mode for {kv}")
+    b = max(1, -(-batch_per_replica // adp))
     try:
-        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16")
-        b = point.batch_per_replica
-        step_ms = handle.decode_step_latency(b, wl.input_len, wl.output_len)
-        prefill_ms = handle.predict_prefill_latency(1, wl.input_len, wl.input_len - wl.new_prefill_tokens)
+        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16", gemm, moe)
+        prefix = wl.input_len - wl.new_prefill_tokens
+        step_ms = handle.decode_step_latency(b, wl.input_len, max(wl.output_len, 2))
+        prefill_ms = handle.predict_prefill_latency(1, wl.input_len, prefix)
+        many_ms = prefill_ms if prefill_prompts <= 1 else handle.predict_prefill_latency(prefill_prompts, wl.input_len,
+                                                                                         prefix)
+        static_ms = handle.run_static(batch_size=b, isl=wl.input_len, osl=max(wl.output_len, 2), prefix=prefix)[2]
     except Exception as e:  # its errors are many and typed in its own package
-        return no(f"aiconfigurator-core could not estimate {path} on {system}/{engine} at this split: "
+        return no(f"aiconfigurator-core could not estimate {model.name} on {system}/{engine} at this split: "
                   f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
-    tpot = step_ms * 1e-3 / wl.tokens_per_step
-    ttft = prefill_ms * 1e-3
+    if not (step_ms > 0 and prefill_ms > 0 and static_ms > 0):
+        return no(f"aiconfigurator-core returned no time for {model.name} on {system}/{engine} at this split")
+    tps = wl.tokens_per_step
+    return {"available": True, "system": system, "backend": engine, "version": current_version(system, engine),
+            "model_path": path if not path.startswith("/") else f"{model.name} (the preset's config.json)",
+            "split": {"tp_size": tp_size, "attention_dp_size": adp, "moe_tp_size": moe_tp, "moe_ep_size": moe_ep,
+                      "kvcache_quant_mode": kv_mode, "fmha_quant_mode": "bfloat16", "gemm_quant_mode": gemm,
+                      "moe_quant_mode": moe, "batch_size": b},
+            "decode_step_s": step_ms * 1e-3, "tpot_s": step_ms * 1e-3 / tps, "ttft_s": prefill_ms * 1e-3,
+            "tokens_per_s_per_user": tps / (step_ms * 1e-3),
+            "tokens_per_s_per_gpu": b * tps / (step_ms * 1e-3) / tp_size,
+            "output_tokens_per_s_per_gpu": b * max(wl.output_len, 2) / (static_ms * 1e-3) / tp_size,
+            "input_tokens_per_s_per_gpu": prefill_prompts * wl.input_len / (many_ms * 1e-3) / tp_size}
+
+
+def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None = None) -> dict:
+    """aiconfigurator-core's own estimate (`aic_estimate`) at `point` of `dep`, beside ours, with
+    `ours_over_aic` (our estimate / its figure, for TPOT and TTFT)."""
+    out = aic_estimate(model, dep, wl, point.batch_per_replica, engine, weights_dtype=weights_dtype)
     est = point.estimate
-    out = {"available": True, "system": system, "backend": engine, "version": current_version(system, engine),
-           "model_path": path, "split": {"tp_size": tp_size, "attention_dp_size": adp, "moe_tp_size": moe_tp,
-                                         "moe_ep_size": moe_ep, "kvcache_quant_mode": kv_mode, "fmha_quant_mode": "bfloat16"},
-           "decode_step_s": step_ms * 1e-3, "tpot_s": tpot, "ttft_s": ttft,
-           "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else None}
-    if est is not None:
-        out["ours_over_aic"] = {"tpot": est.tpot_s / tpot if tpot else None, "ttft": est.ttft_s / ttft if ttft else None}
+    if out["available"] and est is not None:
+        out["ours_over_aic"] = {"tpot": est.tpot_s / out["tpot_s"], "ttft": est.ttft_s / out["ttft_s"]}
     return out
