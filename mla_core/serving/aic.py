@@ -59,6 +59,7 @@ AIC_SYSTEMS = {
     "l40s": "l40s",
 }
 BACKENDS = ("vllm", "sglang", "trtllm")
+WIDE_EP = 8  # SGLang expert parallelism over more GPUs than one node runs DeepEP (AicTable._wide_moe)
 MLA_DIMS = (576, 512)  # the MLA tables' (d_c + d_r, d_c): DeepSeek-V3
 MLA_PREFILL_DIMS = (192, 128)  # (d_nope + d_r, d_v)
 TABLES_MADE: list = []  # every AicTable built (tables.clear_lookups empties their memos)
@@ -190,6 +191,23 @@ class AicTable(KernelTable):
             return None
         path = systems_dir() / "data" / self.system / family / backend / v / f"{table}.parquet"
         return (str(path), backend, v) if path.is_file() else None
+
+    def _table_file(self, family: str, table: str) -> tuple[str, str, str] | None:
+        """(path, backend, version) of one table the family's version may lack: the newest version
+        up to the current one that has it (SGLang's DeepEP MoE tables stop at 0.5.10)."""
+        key = ("table", family, table)
+        if key not in self._grids:
+            current = current_version(self.system, self.backend)
+            base = systems_dir() / "data" / self.system / family / self.backend
+            found = None
+            if current is not None and base.is_dir():
+                have = [q.name for q in base.iterdir() if q.is_dir() and (q / f"{table}.parquet").is_file()
+                        and _version_key(q.name) <= _version_key(current)]
+                if have:
+                    v = max(have, key=_version_key)
+                    found = (str(base / v / f"{table}.parquet"), self.backend, v)
+            self._grids[key] = found
+        return self._grids[key]
 
     def _source(self, backend: str, version: str, family: str) -> tuple[str, str]:
         """(source, note) for a family read from (backend, version)."""
@@ -371,11 +389,15 @@ class AicTable(KernelTable):
     def _moe(self, op, hw):
         dtype = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8_block", "mxfp4": "w4a16_mxfp4",
                  "fp4": "nvfp4"}.get(op.dtype)
+        ep = max(1, round(op.num_experts / op.experts_local))
+        if self.backend == "sglang" and ep > WIDE_EP and dtype is not None:
+            wide = self._wide_moe(op, hw, dtype, ep)
+            if wide is not None:
+                return wide
         f = self._file("moe", "moe_perf")
         if dtype is None or f is None:
             return None
         path, backend, version = f
-        ep = max(1, round(op.num_experts / op.experts_local))
 
         def keys():
             cols = _columns(path)
@@ -411,6 +433,57 @@ class AicTable(KernelTable):
             r_o, r_n = op.roofline_s(hw), near.roofline_s(hw)
             look = Lookup(max(look.latency_s * r_o / r_n, look.latency_s + r_o - r_n), src, look.note)
         return self._with(look, "; ".join(filter(None, (n2, note))))
+
+    def _wide_moe(self, op, hw, dtype: str, ep: int):
+        """SGLang's expert parallelism beyond one node runs DeepEP (its multi-node EP path, the
+        large-scale EP deployments' --moe-a2a-backend deepep): the routed experts' compute from
+        its DeepEP MoE tables (`wideep_generation_moe_perf` while a rank holds at most the
+        decode table's tokens, else `wideep_context_moe_perf`), rows at distribution 'uniform',
+        `num_tokens` the tokens of the whole EP group (its range grows with moe_ep_size). The
+        nearest measured moe_ep_size is scaled by the roofline; None where neither table holds
+        the model's shape."""
+        for table in ("wideep_generation_moe_perf", "wideep_context_moe_perf"):
+            f = self._table_file("moe", table)
+            if f is None:
+                continue
+            path, backend, version = f
+
+            def keys(path=path):
+                cols = _columns(path)
+                mask = _eq(cols, "distribution", "uniform")
+                names = ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
+                arr = [cols[n][mask] for n in names]
+                tok, lat = cols["num_tokens"][mask].astype(float), cols["latency"][mask] * 1e-3
+                out = {}
+                for i, key in enumerate(zip(*arr)):
+                    k = tuple(x if isinstance(x, str) else int(x) for x in key)
+                    out.setdefault(k, ([], []))
+                    out[k][0].append(tok[i])
+                    out[k][1].append(lat[i])
+                return {k: (Grid.from_points(np.array(v[0])[:, None], v[1]), max(v[0])) for k, v in out.items()}
+
+            grids = self._cached((path, "wide-moe"), keys)
+            same = [k for k in grids if k[:6] == (dtype, op.hidden, op.inter, op.topk, op.num_experts, op.moe_tp)]
+            if not same:
+                continue
+            k = min(same, key=lambda k: abs(math.log(k[6] / ep)))
+            grid, top = grids[k]
+            if table == "wideep_generation_moe_perf" and op.tokens / ep > top / k[6]:
+                continue  # more tokens a rank than the decode kernel's table: the prefill one
+            near = op if k[6] == ep else op.at(experts_local=max(1, op.num_experts // k[6]))
+            # the table's tokens are the group's: at the measured moe_ep_size, the same tokens a rank
+            tokens = op.tokens * k[6] / ep
+            src, n2 = self._source(backend, version, "MoE")
+            hit = grid(tokens)
+            look = scaled(replace(near, tokens=max(1, int(tokens))), hw, hit, src, lambda p: {"tokens": int(p[0])},
+                          "MoE")
+            note = f"DeepEP MoE table ({table}, moe_ep_size {k[6]})"
+            if near is not op:
+                r_o, r_n = op.roofline_s(hw), replace(near, tokens=max(1, int(tokens))).roofline_s(hw)
+                look = Lookup(look.latency_s * (r_o / r_n if r_n else 1.0), src, look.note)
+                note += f" scaled from moe_ep_size {k[6]} to {ep} by the roofline"
+            return self._with(look, "; ".join(filter(None, (n2, note))))
+        return None
 
     @staticmethod
     def _nearest_moe_key(grids: dict, want: tuple):
