@@ -1501,7 +1501,7 @@ def _published_config(run: dict, point: dict, gpu, replicas: int, engine: str) -
     return cfg, notes
 
 
-def replay_published(ids=None, *, engine: str | None = None) -> dict:
+def replay_published(ids=None, *, engine: str | None = None, step_times_cache: dict | None = None) -> dict:
     """Every run of data/traffic_runs.json (or those in `ids`) replayed through `simulate` with
     its own settings: each point's arrivals (closed loop of `max_concurrency` clients, Poisson at
     `request_rate`, or all at once), `num_prompts`, lengths (fixed, or the tool's random range in
@@ -1519,8 +1519,10 @@ def replay_published(ids=None, *, engine: str | None = None) -> dict:
     'max_median_abs_error_pct', 'median_abs_error_pct': {metric: value}, 'met'}, 'points',
     'simulated_requests', 'sim_wall_s', 'requests_per_s'}. Metrics: `{mean,median,p99}_{ttft_s,
     tpot_s,itl_s,e2e_s}`, `request_throughput`, `output_tokens_per_s` (the deployment's; per GPU
-    where the source prints per GPU), error = (simulated - measured) / measured x 100. Raises
-    MLAError when the file cannot be read."""
+    where the source prints per GPU), error = (simulated - measured) / measured x 100.
+    `step_times_cache`: a dict kept between calls (the step times and caches per run; a second
+    replay then simulates with their tables already filled). Raises MLAError when the file cannot
+    be read."""
     from .presets import _load, load_gpu, load_model
     from .serving import Deployment, with_mtp_draft
     from .serving.published import estimate_engine
@@ -1552,7 +1554,7 @@ def replay_published(ids=None, *, engine: str | None = None) -> dict:
         except MLAError as e:
             dep = replace(dep, ep=1)
             notes.append(f"split not expressible here ({e}): replayed with the experts tensor-parallel (ep 1)")
-        cache = {}
+        cache = {} if step_times_cache is None else step_times_cache.setdefault((run["id"], eng), {})
         points = []
         for p in run["points"]:
             cfg, pnotes = _published_config(run, p, gpu, dep.replicas, eng)
