@@ -302,7 +302,8 @@ def _plan_traffic(args, model, gpu, plan, link) -> dict | None:
         max_num_batched_tokens=args.max_num_batched_tokens if args.max_num_batched_tokens is not None else batched,
         prefix_hit=args.prefix_hit, spec_tokens=args.spec_tokens, acceptance=args.acceptance,
         seed=args.seed if args.seed is not None else 0, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms)
-    out = plan_traffic(model, dep, cfg).to_dict()
+    out = plan_traffic(model, dep, cfg, engine=None if args.bound_only else args.engine,
+                       kernel_tables=args.kernel_tables, profile=args.profile).to_dict()
     out["available"] = True
     out["split"] = best.split
     return out
@@ -716,7 +717,7 @@ def render_traffic(t: dict) -> list[str]:
     if not t.get("available"):
         return [f"traffic: {t.get('reason', 'n/a')}"]
     c = t["config"]
-    lines = [f"traffic ({t['step_times']} step times, {t['split']}): {t['simulated_requests']:,} requests, {c['mode']}, "
+    lines = [f"traffic ({t['split']}; step times: {t['step_times']}): {t['simulated_requests']:,} requests, {c['mode']}, "
              f"{t['mean_input_len']:,.0f} in / {t['mean_output_len']:,.0f} out on average; "
              f"max_num_seqs {c['max_num_seqs']:,}, max_num_batched_tokens {c['max_num_batched_tokens']:,}"]
 

@@ -84,12 +84,15 @@ class StepTimes(Protocol):
     summing to `decode_context_tokens` (each sequence's tokens so far, the one it feeds included);
     mixed in, `prefill_tokens` new prefill tokens of one or more prompts (chunked prefill) whose
     causal attention covers `prefill_context_tokens` (query, key) pairs in total: a chunk of c
-    tokens after s computed ones adds c s + c (c + 1) / 2. Any argument may be a numpy array (the
-    answer is then an array of the broadcast shape). `source` names where the times come from."""
+    tokens after s computed ones adds c s + c (c + 1) / 2; `prefill_prompts` how many prompts
+    those chunks belong to (None: one; under DP-attention each prompt runs on one GPU of the
+    group, so it sets how the tokens spread). Any argument may be a numpy array (the answer is
+    then an array of the broadcast shape). `source` names where the times come from."""
 
     source: str
 
-    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens): ...
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens,
+               prefill_prompts=None): ...
 
 
 # --- step times from the bound ---------------------------------------------------------------------
@@ -214,8 +217,10 @@ class BoundStepTimes:
                 self._parts[d] = got
         return got
 
-    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens):
-        """Seconds of one step (see the class docstring); arrays broadcast."""
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens,
+               prefill_prompts=None):
+        """Seconds of one step (see the class docstring); arrays broadcast. The bound does not
+        use `prefill_prompts` (its prefill work is the group's, spread evenly)."""
         d, p = decode_seqs, prefill_tokens
         if isinstance(d, int) and isinstance(p, int) and not p:
             nbytes, flops, comm, b_gpu = self._decode_part(d)
@@ -257,6 +262,233 @@ class BoundStepTimes:
                  + np.asarray(prefill_context_tokens, dtype=float) * self._prefill_flops_per_pair)
         comm = np.where(td > 0, self._comm_decode.many(td), 0.0) + np.where(p > 0, self._comm_prefill.many(p), 0.0)
         return np.maximum(np.maximum(nbytes / self.bandwidth_Bps, flops / self.peak_flops), comm)
+
+
+# --- step times from the estimate ------------------------------------------------------------------
+
+def _where(xs: list, last: int, x: float) -> tuple[int, float]:
+    """(i, t): x = xs[i] + t (xs[i + 1] - xs[i]) with i clamped to [0, last] (t outside [0, 1]
+    extends the first or last segment)."""
+    i = bisect.bisect_right(xs, x) - 1
+    if i < 0:
+        i = 0
+    elif i > last:
+        i = last
+    return i, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+class _LazyGrid:
+    """f(x, y) on the grid xs x ys (whole numbers, two or more each), each cell computed the first
+    time a lookup needs it and kept; read back by bilinear interpolation, extended along the last
+    segment beyond the grid (as _Curve). Exact on the grid points."""
+
+    __slots__ = ("xs", "ys", "f", "vals", "_nx", "_ny", "_ya")
+
+    def __init__(self, xs, ys, f):
+        self.xs, self.ys = [int(v) for v in xs], [int(v) for v in ys]
+        self._ya = np.asarray(self.ys, dtype=float)
+        self.f, self.vals = f, {}
+        self._nx, self._ny = len(self.xs) - 2, len(self.ys) - 2
+
+    def cell(self, i: int, j: int) -> float:
+        v = self.vals.get((i, j))
+        if v is None:
+            v = self.vals[(i, j)] = float(self.f(self.xs[i], self.ys[j]))
+        return v
+
+    def _row(self, i: int, j: int, ty: float) -> float:
+        c = self.cell(i, j)
+        return c if ty == 0 else c + ty * (self.cell(i, j + 1) - c)
+
+    def at(self, x: float, y: float) -> float:
+        i, tx = _where(self.xs, self._nx, x)
+        j, ty = _where(self.ys, self._ny, y)
+        lo = self._row(i, j, ty)
+        return lo if tx == 0 else lo + tx * (self._row(i + 1, j, ty) - lo)
+
+    def many(self, x: float, y) -> np.ndarray:
+        """at(x, each y) for an array y (x a number)."""
+        i, tx = _where(self.xs, self._nx, x)
+        y = np.asarray(y, dtype=float)
+        j = np.searchsorted(self._ya, y, side="right") - 1
+        np.minimum(np.maximum(j, 0, out=j), self._ny, out=j)
+        ty = (y - self._ya[j]) / (self._ya[j + 1] - self._ya[j])
+        lo_j, hi_j = int(j.min()), int(j.max()) + 1
+
+        def col(ii):
+            v = np.array([self.cell(ii, jj) for jj in range(lo_j, hi_j + 1)])
+            k = j - lo_j
+            return v[k] + ty * (v[k + 1] - v[k])
+
+        lo = col(i)
+        return lo if tx == 0 else lo + tx * (col(i + 1) - lo)
+
+
+class EstimateStepTimes:
+    """Step times of one replica from the estimate (docs/model.md, "Estimated step time";
+    mla_core/serving/step.py): a step's ops (`step.forward_ops`, on the busiest GPU of the group)
+    timed by the kernel tables and summed by `step.step_time` under the engine's rules, never
+    below the bound (`BoundStepTimes` at the same step).
+
+    How a step is composed, as step.py composes it:
+      decode only   `step.estimate_step(decode_seqs=d, context=T)` at the sequences' mean context
+                    T = decode_context_tokens / d: a CUDA graph up to the engine's graph batch
+                    (else launched eagerly), the shared experts overlapped where the engine does.
+      with prefill  step.py's mixed step: d decoding sequences and p prefill tokens in one pass,
+                    launched eagerly (never a graph), every op serial. Its ops fall in three sets
+                    that each depend on two of the step's figures: the decode attention on
+                    (d, T); the prefill attention and the kv_b up-projection on (p, s), s the
+                    cached prefix; everything else (GEMMs at d (k + 1) + p rows, the MoE, norms,
+                    collectives, lm_head, sampling) on (d, p). So, exactly on the tables' points,
+                        t = R(d, p) + [E(d, T) - E(d, 1)] + [P(p, s) - P(p, 0)] + overhead
+                    R the mixed step at T = 1, s = 0; E an eager decode step; P a prefill alone
+                    (each the ops' sum without the engine's per-step overhead).
+    The pairs: a chunk of p tokens after s computed ones has p s + p (p + 1) / 2 (query, key)
+    pairs (full causal: `layers` `keys_before` without a window, the StepTimes protocol's count),
+    so s = pairs / p - (p + 1) / 2; step.py then counts the pairs by each cache kind's own rule
+    (windows, chunks). A step of several prompts has fewer pairs than one chunk from zero: its
+    prefill-attention ops are scaled by pairs / (p (p + 1) / 2) (one variable-length kernel over
+    the prompts, its work in proportion to the pairs).
+    Under DP-attention every prompt is prefilled by one GPU of the group, the group's GPUs step
+    together, and the experts / MLP see every GPU's tokens: n = `prefill_prompts` prompts spread
+    over min(n, tp) GPUs, the busiest one's attention side takes p / min(n, tp) of the tokens and
+    of the pairs (`step.forward_ops` with `group_prefill_tokens` = p), so a lone prompt runs on
+    one GPU (the plan's TTFT) and a full step on all of them. R is then tabulated per min(n, tp).
+
+    Tables: decode d x T and the prefill tokens p of R and P (0..64 exactly, then 128 points
+    geometric to `max_tokens`: the GEMMs' and collectives' steps in the tokens), R's and E's d
+    (0..16, then 64 points), contexts and prefixes to `max_context` (window edges included). Each cell is
+    estimated the first time a step needs it (a run touches few of them) and read back by
+    bilinear interpolation, extended along the last segment beyond the tables.
+
+    `model` a ModelSpec, `deployment` a serving.Deployment (one replica of it is timed),
+    `workload` a serving.Workload (its spec_tokens); `engine` one of serving.engines.ENGINES,
+    `kernel_tables` / `profile` as `serving.search.estimator`. `source` names the engine and the
+    tables with their shares of a lone request's decode step and prefill (e.g. 'vLLM estimate:
+    aiconfigurator-core 0.12.0 h200_sxm/vllm 0.24.0 (95%), uncalibrated (5%)'); `confidence`
+    the decode step's (step.confidence). Raises MLAError on bad input or an unknown engine."""
+
+    def __init__(self, model, deployment, workload, *, engine: str = "vllm", kernel_tables: str = "auto",
+                 profile=None, max_tokens: int = 1 << 16, max_context: int = 1 << 20):
+        from .serving import check_deployment, check_workload, with_mtp_draft
+        from .serving.engines import engine_rules
+        from .serving.search import estimator
+        from .serving.step import confidence, describe_sources, estimate_step
+        from .serving.tables import bind
+
+        check_workload(workload)
+        model, _ = with_mtp_draft(model, workload)
+        check_deployment(model, deployment)
+        self.bound = BoundStepTimes(model, deployment, workload, max_tokens=max_tokens, max_context=max_context)
+        self.model, self.workload = model, workload
+        self.dep = replace(deployment, num_gpus=deployment.tp)
+        est = estimator(deployment.gpu, engine, kernel_tables, profile)
+        self.engine, self.kernel_tables = engine, est.table_names
+        self._rules = engine_rules(engine)
+        self._tables = bind(est.tables, deployment.gpu, self.dep)
+        self._estimate_step = estimate_step
+        self.overhead_s = self._rules.step_overhead_s
+        tokens = _grid(max_tokens, small=64, points=128)  # decode batches: TPOT reads these
+        coarse = _grid(max_tokens, small=16, points=64)  # the mixed step's axes (a cell costs ~4 ms)
+        windows = list(model.windows())
+        contexts = [c for c in _grid(max_context, small=16, points=64, extra=windows + [w + 1 for w in windows])
+                    if c >= 1]
+        prefixes = _grid(max_context, small=16, points=48, extra=windows + [w + 1 for w in windows])
+        # the batch edges where the engine's rules change: the largest CUDA-graph batch, the shared
+        # experts' overlap (step.estimate_step, step.step_time)
+        dp = self.dep.dp_attention and self.dep.tp > 1
+        graph = self._rules.graph_max_batch(deployment.gpu.memory_GB, self.dep.tp) * (self.dep.tp if dp else 1)
+        overlap = self._rules.overlap_shared_experts_up_to // (workload.spec_tokens + 1)
+        edges = [e + k for e in (graph, overlap) if 0 < e < max_tokens for k in (0, 1)]
+        seqs = sorted({d for d in tokens if d >= 1} | set(edges))
+        chunks = [p for p in tokens if p >= 1]
+        self._decode = _LazyGrid(seqs, contexts, lambda d, c: self._step(d, c, 0, 0).time_s)
+        self._dp = dp
+        self._rest_axes = (sorted(set(coarse) | set(edges)), chunks)
+        self._rests: dict[int, _LazyGrid] = {}
+        self._eager_decode = _LazyGrid(sorted(set(coarse) | set(edges)), contexts, lambda d, c: self._eager(d, c, 0, 0)[0] if d else 0.0)
+        self._prefill = _LazyGrid(chunks, prefixes, lambda p, s: self._eager(0, 0, p, s)[0])
+        self._prefill_attention = _LazyGrid(chunks, [0, 1], lambda p, _s: self._eager(0, 0, p, 0)[1])
+        ref = max(1, workload.input_len)
+        dec = self._step(1, ref, 0, 0)
+        pre = self._step(0, 0, min(ref, self._rules.prefill_chunk(deployment.gpu.memory_GB)), 0)
+        self.source = f"{self._rules.label} estimate: {describe_sources(dec, pre)}"
+        self.confidence = confidence(dec)
+
+    def _step(self, d: int, c: int, p: int, s: int):
+        return self._estimate_step(self.model, self.dep, self.workload, self._tables, self._rules, decode_seqs=d,
+                                   context=c, prefill_tokens=p, prefix=s)
+
+    def _rest(self, spread: int) -> _LazyGrid:
+        """R(d, p) of a step whose prefill spreads over `spread` GPUs (1 without DP-attention)."""
+        g = self._rests.get(spread)
+        if g is None:
+            g = self._rests[spread] = _LazyGrid(
+                *self._rest_axes, lambda d, p: self._eager(d, 1, -(-p // spread), 0, group=p if self._dp else None)[0])
+        return g
+
+    def _eager(self, d: int, c: int, p: int, s: int, group: int | None = None) -> tuple[float, float]:
+        """(the ops' sum, that of the prefill-attention ops) of one step launched eagerly, without the
+        per-step overhead: step.forward_ops timed and summed by step.step_time, as estimate_step
+        does for a step with prefill."""
+        from .serving.step import forward_ops, step_time
+
+        ops = forward_ops(self.model, self.dep, self.workload, decode_seqs=d, context=c, prefill_tokens=p, prefix=s,
+                          graph=False, group_prefill_tokens=group)
+        times = [op.time(self._tables) for op in ops]
+        total = step_time(times, self._rules, captured=False, overlap_tokens=0)[0]
+        attn = step_time([t for t in times if t.op_class == "attention_prefill"], self._rules, captured=False,
+                         overlap_tokens=0)[0]
+        return total, attn
+
+    def _one(self, d, ctx, p, pairs, n=None) -> float:
+        if not p:
+            return self._decode.at(d, ctx / d) if d else 0.0
+        spread = min(max(int(n or 1), 1), self.dep.tp) if self._dp else 1
+        t = self._rest(spread).at(d, p) + self.overhead_s
+        if spread > 1:  # the busiest GPU's share of the prefill attention
+            p, pairs = p / spread, pairs / spread
+        if d:
+            mean = ctx / d
+            t += self._eager_decode.at(d, mean) - self._eager_decode.at(d, 1)
+        s = pairs / p - (p + 1) / 2
+        if s >= 0:
+            t += self._prefill.at(p, s) - self._prefill.at(p, 0)
+        else:
+            t -= self._prefill_attention.at(p, 0) * (1 - pairs / (p * (p + 1) / 2))
+        return t
+
+    def step_s(self, decode_seqs, decode_context_tokens, prefill_tokens, prefill_context_tokens,
+               prefill_prompts=None):
+        """Seconds of one step (see the class docstring), at least the bound's; arrays broadcast
+        (`prefill_prompts` a number)."""
+        d, p = decode_seqs, prefill_tokens
+        bound = self.bound.step_s(d, decode_context_tokens, p, prefill_context_tokens)
+        scalars = (d, decode_context_tokens, p, prefill_context_tokens)
+        if all(isinstance(v, (int, float)) for v in scalars):
+            return max(self._one(d, decode_context_tokens, p, prefill_context_tokens, prefill_prompts), bound)
+        if isinstance(d, (int, float)) and isinstance(p, (int, float)) and not p and d:
+            mean = np.asarray(decode_context_tokens, dtype=float) / d
+            return np.maximum(self._decode.many(d, mean), bound)
+        b = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in scalars))
+        est = np.array([self._one(int(dd) if float(dd).is_integer() else dd, c,
+                                  int(pp) if float(pp).is_integer() else pp, q, prefill_prompts)
+                        for dd, c, pp, q in zip(*(v.ravel() for v in b))]).reshape(b[0].shape)
+        return np.maximum(est, bound)
+
+
+def estimate_or_bound(model, deployment, workload, *, engine: str | None = "vllm", kernel_tables: str = "auto",
+                      profile=None) -> tuple:
+    """(StepTimes, note): `EstimateStepTimes` for `engine`, or `BoundStepTimes` when `engine` is
+    None or the estimate cannot be made (the note says why; '' otherwise). Raises MLAError only
+    when the bound cannot be made either (a deployment that cannot be built)."""
+    if engine is not None:
+        try:
+            return EstimateStepTimes(model, deployment, workload, engine=engine, kernel_tables=kernel_tables,
+                                     profile=profile), ""
+        except MLAError as e:
+            return BoundStepTimes(model, deployment, workload), f"no estimate ({e}): step times from the bound"
+    return BoundStepTimes(model, deployment, workload), ""
 
 
 # --- the cache --------------------------------------------------------------------------------------
@@ -774,7 +1006,8 @@ class _Engine:
             before = self.computed[r]
             p += c
             pairs += c * before + c * (c + 1) // 2
-        dt = self.st.step_s(d, self.A + d * self.tps * s, p, pairs)
+        dt = self.st.step_s(d, self.A + d * self.tps * s, p, pairs, len(chunks)) if chunks else \
+            self.st.step_s(d, self.A + d * self.tps * s, 0, 0)
         t_end = t + dt
         if d:
             self.itl_v.append(dt)
@@ -1049,18 +1282,28 @@ def max_rate_at_slo(step_times: StepTimes, kv: KVCache, config: TrafficConfig, *
 # --- a plan's traffic -------------------------------------------------------------------------------
 
 def plan_traffic(model, deployment, config: TrafficConfig, *, step_times: StepTimes | None = None,
+                 engine: str | None = "vllm", kernel_tables: str = "auto", profile=None,
                  search_rate: bool = True) -> TrafficResult:
     """`config` served by `deployment` (a serving.Deployment; its replicas set config.replicas)
-    with `step_times` (default: BoundStepTimes), the cache from `kv_cache_for`, and
-    `max_rate_at_slo` when SLOs are given and `search_rate`. Raises MLAError on bad input."""
+    with `step_times` (default: `EstimateStepTimes` for `engine`, `kernel_tables` and `profile`;
+    `BoundStepTimes` when `engine` is None or the estimate cannot be made, with a note), the cache
+    from `kv_cache_for`, and `max_rate_at_slo` when SLOs are given and `search_rate`. Raises
+    MLAError on bad input."""
     from .serving import with_mtp_draft
 
     cfg = replace(config, replicas=deployment.replicas)
     wl = check_config(cfg).workload()
     model, _ = with_mtp_draft(model, wl)
-    st = step_times if step_times is not None else BoundStepTimes(model, deployment, wl)
+    note = ""
+    if step_times is not None:
+        st = step_times
+    else:
+        st, note = estimate_or_bound(model, deployment, wl, engine=engine, kernel_tables=kernel_tables,
+                                     profile=profile)
     kv = kv_cache_for(model, deployment)
     result = simulate(st, kv, cfg)
+    if note:
+        result = replace(result, notes=result.notes + (note,))
     if search_rate and cfg.slos:
         found = max_rate_at_slo(st, kv, cfg)
         notes = result.notes + ((f"max_rate_at_slo: {found['note']}",) if found["note"] else ())
@@ -1119,12 +1362,14 @@ class ReplayReport:
         return d
 
 
-def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> ReplayReport:
+def replay(run, *, step_times_for=None, engine: str | None = None, gpu_memory_utilization: float = 0.9
+           ) -> ReplayReport:
     """Replay an imported engine result (the dict the importer's `load_engine_file` returns, or a
     history run {"result": ...}) with each run's own settings: num_prompts (or the requests
     completed), rate (None: all at once), max_concurrency, the mean lengths, SGLang's
     random_range_ratio in SGLang's meaning, on the run's model, GPU and split. `step_times_for`:
-    a callable (model, deployment, workload) -> StepTimes (default BoundStepTimes). Engine
+    a callable (model, deployment, workload) -> StepTimes (default: `estimate_or_bound` with
+    `engine`, else the result's own engine where the estimate has its rules, else vLLM's). Engine
     defaults the file does not record are vLLM's (`vllm_batch_defaults`). Compares mean, median and
     p99 of TTFT, TPOT, ITL and E2E, request and output-token throughput. Raises MLAError for a
     result that is not a served benchmark (`sglang_one_batch` has no traffic to replay)."""
@@ -1143,7 +1388,10 @@ def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> 
                      kv_dtype=s["kv_dtype"], gpu_memory_utilization=gpu_memory_utilization)
     batched, seqs = vllm_batch_defaults(gpu)
     e2e_key = _ENGINE_E2E[result["format"]]
-    points, cache = [], {}
+    from .serving.engines import ENGINES
+
+    eng_rules = engine or (result["engine"] if result["engine"] in ENGINES else "vllm")
+    points, cache, notes = [], {}, []
     for p in result["points"]:
         w, f = p["workload"], p.get("engine_fields", {})
         rate = w.get("request_rate")
@@ -1162,7 +1410,12 @@ def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> 
         if key not in cache:
             wl = cfg.workload()
             m, _ = with_mtp_draft(model, wl)
-            st = (step_times_for or BoundStepTimes)(m, dep, wl)
+            if step_times_for is not None:
+                st = step_times_for(m, dep, wl)
+            else:
+                st, note = estimate_or_bound(m, dep, wl, engine=eng_rules)
+                if note and note not in notes:
+                    notes.append(note)
             cache[key] = (st, kv_cache_for(m, dep))
         st, kv = cache[key]
         sim = simulate(st, kv, cfg)
@@ -1189,7 +1442,7 @@ def replay(run, *, step_times_for=None, gpu_memory_utilization: float = 0.9) -> 
                         step_times=source, points=tuple(points),
                         median_abs_error_pct={k: float(np.median(v)) for k, v in med.items()},
                         notes=("engine settings the file does not record (max_num_seqs, max_num_batched_tokens) "
-                               "are vLLM's defaults for the GPU",))
+                               "are vLLM's defaults for the GPU", *notes))
 
 
 def _error(metric: str, measured, simulated) -> dict | None:
@@ -1197,3 +1450,163 @@ def _error(metric: str, measured, simulated) -> dict | None:
         return None
     err = (simulated - measured) / measured * 100.0 if measured > 0 else None
     return {"metric": metric, "measured": float(measured), "simulated": float(simulated), "error_pct": err}
+
+
+# --- replaying published runs -----------------------------------------------------------------------
+
+# Issue 19's goal for the replay of published runs: median |error| of the mean TTFT and the mean TPOT.
+REPLAY_GOAL_PCT = 20.0
+REPLAY_GOAL_METRICS = ("mean_ttft_s", "mean_tpot_s")
+_PUBLISHED_STATS = (("mean", "mean"), ("median", "p50"), ("p99", "p99"))
+# the benchmark tools whose --random-range-ratio the runs name, and the meaning each gives it
+_SGLANG_TOOLS = ("sglang", "bench_serving")
+
+
+def _published_config(run: dict, point: dict, gpu, replicas: int, engine: str) -> tuple[TrafficConfig, list[str]]:
+    """The TrafficConfig of one published point (data/traffic_runs.json), and notes on what the
+    source does not give."""
+    from .serving.engines import engine_rules
+
+    notes = []
+    w = point.get("workload") or run["workload"]
+    bench = run.get("benchmark", {})
+    tool = str(bench.get("tool", "")).lower()
+    ratio = w.get("random_range_ratio", bench.get("random_range_ratio"))
+    if ratio is not None and w.get("random_input_len") and w.get("dataset", "random") == "random":
+        convention = "sglang" if any(t in tool for t in _SGLANG_TOOLS) else "vllm"
+        if convention == "vllm" and ratio >= 1:
+            ratio = 0.0
+        lengths = dict(input_len=int(w["random_input_len"]), output_len=int(w["random_output_len"]),
+                       random_range_ratio=float(ratio), range_convention=convention)
+    else:
+        lengths = dict(input_len=max(1, round(w["input_len"])), output_len=max(1, round(w["output_len"])))
+        if w.get("dataset") not in (None, "random"):
+            notes.append(f"the {w['dataset']} dataset replayed at its mean lengths "
+                         f"({lengths['input_len']:,} in / {lengths['output_len']:,} out)")
+    rate = point.get("request_rate")
+    seqs = vllm_batch_defaults(gpu)[1]
+    chunk = engine_rules(engine).prefill_chunk(gpu.memory_GB)
+    par = run["parallelism"]
+    if par.get("dp_attention") and par["tp"] > 1:  # every DP rank schedules its own requests and chunk
+        seqs, chunk = seqs * par["tp"], chunk * par["tp"]
+    prompts = point.get("num_prompts") or point.get("completed")
+    if not prompts:
+        prompts = 10 * (point.get("max_concurrency") or 100)
+        notes.append(f"num_prompts not printed: {prompts:,} (ten per client) assumed")
+    cfg = TrafficConfig(**lengths, num_prompts=int(prompts),
+                        rate=math.inf if rate is None else float(rate), max_concurrency=point.get("max_concurrency"),
+                        max_num_seqs=seqs, max_num_batched_tokens=max(chunk, seqs * (w.get("spec_tokens", 0) + 1)),
+                        prefix_hit=w.get("prefix_hit", 0.0), spec_tokens=w.get("spec_tokens", 0),
+                        acceptance=w.get("acceptance", 0.0), replicas=replicas)
+    return cfg, notes
+
+
+def replay_published(ids=None, *, engine: str | None = None, step_times_cache: dict | None = None) -> dict:
+    """Every run of data/traffic_runs.json (or those in `ids`) replayed through `simulate` with
+    its own settings: each point's arrivals (closed loop of `max_concurrency` clients, Poisson at
+    `request_rate`, or all at once), `num_prompts`, lengths (fixed, or the tool's random range in
+    its own convention: SGLang's bench_serving or vLLM's; a dataset at its mean lengths), on the
+    run's model, GPU and split, with `estimate_or_bound` step times for the run's engine
+    (serving.published.estimate_engine; `engine` overrides it). Engine limits the sources do not
+    print: `max_num_seqs` vLLM's default for the GPU, `max_num_batched_tokens` the engine's
+    default chunk (engines.EngineRules.prefill_chunk), both per DP rank under DP-attention; a split the deployment cannot express yet
+    (MoE TP x EP inside a group) runs with its experts tensor-parallel, and says so.
+
+    Returns {'runs': [{'id', 'title', 'engine', 'estimate_engine', 'model', 'gpu', 'split',
+    'step_times', 'notes', 'points': [{'settings', 'source', 'errors': [{'metric', 'measured',
+    'simulated', 'error_pct'}], 'sim_wall_s', 'simulated_requests'}], 'median_abs_error_pct'}],
+    'by_metric': {metric: {'points', 'median_abs_error_pct', 'worst'}}, 'goal': {'metrics',
+    'max_median_abs_error_pct', 'median_abs_error_pct': {metric: value}, 'met'}, 'points',
+    'simulated_requests', 'sim_wall_s', 'requests_per_s'}. Metrics: `{mean,median,p99}_{ttft_s,
+    tpot_s,itl_s,e2e_s}`, `request_throughput`, `output_tokens_per_s` (the deployment's; per GPU
+    where the source prints per GPU), error = (simulated - measured) / measured x 100.
+    `step_times_cache`: a dict kept between calls (the step times and caches per run; a second
+    replay then simulates with their tables already filled). Raises MLAError when the file cannot
+    be read."""
+    from .presets import _load, load_gpu, load_model
+    from .serving import Deployment, with_mtp_draft
+    from .serving.published import estimate_engine
+
+    try:
+        runs = _load("traffic_runs.json")["runs"]
+    except (KeyError, TypeError) as e:
+        raise MLAError(f"data/traffic_runs.json: unreadable ({e})") from None
+    if ids is not None:
+        want = set(ids)
+        runs = [r for r in runs if r["id"] in want]
+    out_runs, wall, requests = [], 0.0, 0
+    per_metric: dict[str, list] = {}
+    for run in runs:
+        try:
+            model, gpu = load_model(run["model"]), load_gpu(run["gpu"])
+            par = run["parallelism"]
+        except KeyError as e:
+            raise MLAError(f"data/traffic_runs.json: {run.get('id')}: missing {e}") from None
+        eng = engine or estimate_engine(run.get("engine", ""))
+        notes = []
+        dep = Deployment(gpu=gpu, num_gpus=par["num_gpus"], gpus_per_node=par["gpus_per_node"], tp=par["tp"],
+                         dp_attention=par["dp_attention"], ep=par["ep"], weights_dtype=run.get("weights_dtype"),
+                         kv_dtype=run.get("kv_dtype", "auto"))
+        from .serving import check_deployment
+
+        try:
+            check_deployment(model, dep)
+        except MLAError as e:
+            dep = replace(dep, ep=1)
+            notes.append(f"split not expressible here ({e}): replayed with the experts tensor-parallel (ep 1)")
+        cache = {} if step_times_cache is None else step_times_cache.setdefault((run["id"], eng), {})
+        points = []
+        for p in run["points"]:
+            cfg, pnotes = _published_config(run, p, gpu, dep.replicas, eng)
+            wl = cfg.workload()
+            m, _ = with_mtp_draft(model, wl)
+            key = (wl.spec_tokens, wl.acceptance, cfg.input_len if list(m.windows()) else None)
+            if key not in cache:
+                st, note = estimate_or_bound(m, dep, wl, engine=eng)
+                if note:
+                    notes.append(note)
+                cache[key] = (st, kv_cache_for(m, dep))
+            st, kv = cache[key]
+            sim = simulate(st, kv, cfg)
+            wall += sim.sim_wall_s
+            requests += sim.simulated_requests
+            errors = []
+            for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+                got, given = getattr(sim, name), p.get(name) or {}
+                for stat, attr in _PUBLISHED_STATS:
+                    errors.append(_error(f"{stat}_{name}", given.get(stat), getattr(got, attr)))
+            errors.append(_error("request_throughput", p.get("request_throughput"), sim.request_throughput))
+            if "output_tokens_per_s" in p:
+                errors.append(_error("output_tokens_per_s", p["output_tokens_per_s"], sim.output_tokens_per_s))
+            elif "output_tokens_per_s_per_gpu" in p:
+                errors.append(_error("output_tokens_per_s_per_gpu", p["output_tokens_per_s_per_gpu"],
+                                     sim.output_tokens_per_s / dep.num_gpus))
+            errors = tuple(e for e in errors if e)
+            for e in errors:
+                if e["error_pct"] is not None:
+                    per_metric.setdefault(e["metric"], []).append((abs(e["error_pct"]), run["id"], e["error_pct"]))
+            points.append({"settings": cfg.to_dict(), "source": p.get("source", ""), "errors": [dict(e) for e in errors],
+                           "notes": pnotes + list(sim.notes), "sim_wall_s": sim.sim_wall_s,
+                           "simulated_requests": sim.simulated_requests, "saturated": sim.saturated})
+        med = {}
+        for pt in points:
+            for e in pt["errors"]:
+                if e["error_pct"] is not None:
+                    med.setdefault(e["metric"], []).append(abs(e["error_pct"]))
+        out_runs.append({"id": run["id"], "title": run.get("title", run["id"]), "engine": run.get("engine", ""),
+                         "estimate_engine": eng, "model": model.name, "gpu": gpu.id, "split": dep.split,
+                         "step_times": next(iter(cache.values()))[0].source if cache else "",
+                         "notes": list(dict.fromkeys(notes)), "points": points,
+                         "median_abs_error_pct": {k: float(np.median(v)) for k, v in med.items()}})
+    by_metric = {}
+    for k, v in per_metric.items():
+        worst = max(v)
+        by_metric[k] = {"points": len(v), "median_abs_error_pct": float(np.median([a for a, _, _ in v])),
+                        "worst": {"run": worst[1], "error_pct": worst[2]}}
+    goal = {k: by_metric[k]["median_abs_error_pct"] if k in by_metric else None for k in REPLAY_GOAL_METRICS}
+    return {"runs": out_runs, "by_metric": by_metric,
+            "goal": {"metrics": list(REPLAY_GOAL_METRICS), "max_median_abs_error_pct": REPLAY_GOAL_PCT,
+                     "median_abs_error_pct": goal,
+                     "met": all(v is not None and v <= REPLAY_GOAL_PCT for v in goal.values())},
+            "points": sum(len(r["points"]) for r in out_runs), "simulated_requests": requests, "sim_wall_s": wall,
+            "requests_per_s": requests / wall if wall > 0 else None}

@@ -220,6 +220,70 @@ def _accuracy() -> dict:
     return serving_accuracy()
 
 
+@st.cache_data(show_spinner="Estimating every published setting (the kernel tables load once, about half a minute)")
+def _estimate_accuracy() -> dict:
+    from mla_core.serving.published import estimate_accuracy
+
+    return estimate_accuracy()
+
+
+ESTIMATE_KEY = "_claims_estimate_open"
+
+
+def estimate_section():
+    """The estimate (what the engine will do) against the same published figures, beside
+    aiconfigurator-core's own estimate: mla_core.serving.published.estimate_accuracy. Drawn only
+    when opened (it estimates every setting once a server)."""
+    box = layout.lazy_expander("Accuracy of the estimate: published serving figures against the plan's estimate "
+                               "and aiconfigurator-core's", ESTIMATE_KEY)
+    if not box.open:
+        return
+    with box:
+        try:
+            acc = _estimate_accuracy()
+        except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
+            st.error(escape_md(f"The estimate could not be checked against data/serving_measurements.json: {e}", 400))
+            return
+        s, goals, aic = acc["summary"], acc["goals"], acc["aic"]
+        e1, e2, e3, e4 = st.columns(4)
+        e1.metric("Cases estimated", f"{s['cases']}")
+        e2.metric("Median |error| of the estimate", f"{s['median_abs_error_pct']:.1f}%",
+                  help=f"Goal: at most {goals['median_abs_error_pct']:.0f}%.")
+        e3.metric(f"Within {goals['within_factor']:g}x", f"{s['within_factor']} of {s['cases']}")
+        if aic["cases"]:
+            e4.metric("aiconfigurator-core's median |error|", f"{aic['aic']['median_abs_error_pct']:.1f}%",
+                      help=f"On the {aic['cases']} cases its engine estimates; ours on the same cases: "
+                           f"{aic['ours']['median_abs_error_pct']:.1f}%.")
+        st.caption(
+            f"Goals: median |error| at most {goals['median_abs_error_pct']:.0f}% "
+            f"({'met' if acc['meets']['median_abs_error_pct'] else 'not met'}), every case within "
+            f"{goals['within_factor']:g}x ({'met' if acc['meets']['within_factor'] else 'not met'}); worst "
+            f"{escape_md(s['worst']['id'])} ({s['worst']['error_pct']:+.0f}%). Error = (estimate - measured) / "
+            "measured. The estimate uses the engine the row names (vLLM's rules where it has none), at the published "
+            "batch, or at the batch the plan picks for an offline run. " + " ".join(escape_md(n, 400) for n in acc["notes"]))
+        METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
+                        "input_tokens_per_s_per_gpu": "input tokens/s per GPU", "tpot_s": "s (TPOT)",
+                        "ttft_s": "s (TTFT)"}
+        st.dataframe(frame([{
+            "figure": c["id"], "unit": METRIC_UNITS[c["metric"]], "measured": float(f"{c['measured']:.4g}"),
+            "estimate": float(f"{c['estimate']:.4g}"), "error (%)": c["error_pct"],
+            "estimate from": c["table"], "confidence": c["confidence"],
+            "aiconfigurator-core": float(f"{c['aic']['estimate']:.4g}") if c["aic"]["available"] else None,
+            "its error (%)": c["aic"]["error_pct"] if c["aic"]["available"] else None,
+            "engine rules": c["estimate_engine"], "batch": c["batch"], "counts": c["counts"], "GPU": c["gpu"],
+            "split": c["split"], "why no aiconfigurator-core figure": "" if c["aic"]["available"] else c["aic"]["reason"],
+        } for c in acc["cases"]]), hide_index=True, column_config={
+            "error (%)": st.column_config.NumberColumn(format="%+.1f"),
+            "its error (%)": st.column_config.NumberColumn(format="%+.1f")})
+        st.dataframe(frame([{"by": name.replace("by_", ""), "group": k, "cases": g["cases"],
+                             "median |error| (%)": g["median_abs_error_pct"], "worst": g["worst"]["id"],
+                             "worst error (%)": g["worst"]["error_pct"], f"within {goals['within_factor']:g}x": g["within_factor"]}
+                            for name in ("by_table", "by_engine", "by_metric") for k, g in acc[name].items()]),
+                     hide_index=True, column_config={
+                         "median |error| (%)": st.column_config.NumberColumn(format="%.1f"),
+                         "worst error (%)": st.column_config.NumberColumn(format="%+.1f")})
+
+
 def accuracy():
     """Published serving figures and the user's engine runs against the serving plan's bound
     (mla_core.serving.accuracy, mla_core.store.engines.accuracy)."""
@@ -255,6 +319,8 @@ def accuracy():
             sources.markdown("\n".join(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
                                         f"  _{escape_md(r['assumptions'], 600)}_" for r in acc["rows"]))
 
+
+    estimate_section()
 
     # --- accuracy against the user's own engine runs (imported on the Benchmark page) -------------------
     st.markdown("**Your engine runs** (imported on the Benchmark page or with `python -m mla_core bench import`): "

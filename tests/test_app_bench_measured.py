@@ -70,6 +70,28 @@ def test_engine_run_is_compared_with_the_serving_model_on_the_page():
     assert "MODELLING ERROR" not in list(table["beats the bound"])
 
 
+def test_engine_run_replay_errors_are_the_cores():
+    from mla_core.traffic import replay
+
+    r = engines.load_engine_file((FIX / "vllm_serve_dsv3_h200_tp8.json").read_bytes(), "vllm.json")
+    history.save_run(r, source="import", label="vllm dsv3")
+    at = run_page(PAGE)
+    no_exceptions(at)
+    assert not any("error (%)" in df.value.columns and "simulated" in df.value.columns for df in at.dataframe)
+    at.session_state["_eng_replay_open"] = True
+    at.run(timeout=300)
+    no_exceptions(at)
+    table = next(df.value for df in at.dataframe if "simulated" in df.value.columns)
+    rep = replay(r)
+    errors = rep.points[0].errors
+    assert list(table["metric"]) == [e["metric"] for e in errors]
+    assert list(table["error (%)"]) == pytest.approx([e["error_pct"] for e in errors], rel=1e-9)
+    # the file's own mean TTFT, 1,843.2 ms (tests/fixtures/engines/vllm_serve_dsv3_h200_tp8.json)
+    row = table[table["metric"] == "mean_ttft_s"].iloc[0]
+    assert row["measured"] == pytest.approx(1.8432) and row["clients"] == 64
+    assert rep.step_times.startswith("vLLM estimate: ")
+
+
 def test_a_modelling_error_is_flagged_on_the_page():
     line = {"run_name": "x", "batch_size": 8, "input_len": 1024, "output_len": 256, "prefill_latency": 0.9,
             "median_decode_latency": 1e-5}

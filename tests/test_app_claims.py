@@ -176,3 +176,23 @@ def test_accuracy_section_shows_the_cores_checks():
     # a time keeps its digits: the dstack TPOT (25.73 ms, data/serving_measurements.json) is not rounded to 0
     tpot = next(i for i, r in enumerate(acc["rows"]) if r["id"] == "dstack-deepseek-r1-h200-vllm-tp8-c4-tpot")
     assert table["measured"][tpot] == 0.02573 and table["unit"][tpot] == "s (TPOT)"
+
+
+def test_accuracy_of_the_estimate_shows_the_cores_table():
+    from mla_core.serving.published import estimate_accuracy
+
+    at = run_page("pages/claims.py")
+    no_exceptions(at)
+    assert not [e for e in at.expander if "Accuracy of the estimate" in e.label][0].children  # closed: nothing drawn
+    at.session_state["_claims_estimate_open"] = True
+    at.run(timeout=600)
+    no_exceptions(at)
+    acc = estimate_accuracy()
+    assert metric(at, "Cases estimated") == str(acc["summary"]["cases"])
+    assert metric(at, "Median |error| of the estimate") == f"{acc['summary']['median_abs_error_pct']:.1f}%"
+    table = next(d.value for d in at.dataframe if "estimate from" in d.value.columns)
+    assert list(table["figure"]) == [c["id"] for c in acc["cases"]]
+    assert list(table["error (%)"]) == pytest.approx([c["error_pct"] for c in acc["cases"]], rel=1e-12)
+    # the dstack TPOT (25.73 ms measured, data/serving_measurements.json) and the core's estimate of it
+    i = next(i for i, c in enumerate(acc["cases"]) if c["id"] == "dstack-deepseek-r1-h200-vllm-tp8-c4-tpot")
+    assert table["measured"][i] == 0.02573 and table["estimate"][i] == float(f"{acc['cases'][i]['estimate']:.4g}")

@@ -345,7 +345,7 @@ def _load(name, **kw):
 
 
 def test_replay_vllm_serve_fixture():
-    rep = T.replay(_load("vllm_serve_dsv3_h200_tp8.json"))
+    rep = T.replay(_load("vllm_serve_dsv3_h200_tp8.json"), step_times_for=T.BoundStepTimes)
     (p,) = rep.points
     # the file's own settings: 256 prompts, 64 clients, rate inf, 1,000 in / 1,000 out
     assert (p.settings["num_prompts"], p.settings["max_concurrency"], p.settings["rate"]) == (256, 64, None)
@@ -410,7 +410,7 @@ def test_cli_plan_traffic_json():
 def test_cli_plan_traffic_text_and_errors():
     p = _cli(*PLAN, "--rate", "4", "--num-prompts", "100", "--ttft-ms", "500", "--tpot-ms", "50")
     assert p.returncode == 0, p.stderr
-    assert "traffic (bound step times, TP8): 100 requests, Poisson" in p.stdout
+    assert "traffic (TP8; step times: vLLM estimate: " in p.stdout and "100 requests, Poisson" in p.stdout
     assert "highest Poisson rate meeting the SLOs at p99" in p.stdout
     for bad in (("--rate", "-1"), ("--dataset", "nope"), ("--max-num-seqs", "16384")):
         q = _cli(*PLAN, *bad)

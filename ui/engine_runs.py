@@ -19,7 +19,7 @@ from mla_core.errors import MLAError
 from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import format_seconds
 
-from . import charts
+from . import charts, layout
 from .collectives import LINK_KEY
 from .state import values
 from .text import escape_md, frame
@@ -148,3 +148,34 @@ def section(present: bool = False) -> None:
                  y_title="TPOT (s)", log_y=True, present=present)
     fig.update_layout(barmode="group")
     charts.show(fig, "engine-tpot", key="_eng_chart")
+    replayed(result)
+
+
+REPLAY_KEY = "_eng_replay_open"
+
+
+def replayed(result: dict) -> None:
+    """The run replayed through the traffic simulation with its own settings and the estimate's
+    step times (`mla_core.traffic.replay`): every figure the file has, measured against simulated.
+    Drawn only when opened (a replay takes a second or two)."""
+    from mla_core.traffic import replay
+
+    box = layout.lazy_expander("Replayed through the traffic simulation (estimate step times): error per metric",
+                               REPLAY_KEY)
+    if not box.open:
+        return
+    with box:
+        try:
+            rep = replay(result)
+        except MLAError as e:
+            st.info(escape_md(f"No replay: {e}", 400))
+            return
+        st.caption(f"Step times: {escape_md(rep.step_times)}. " + " ".join(escape_md(n, 300) for n in rep.notes))
+        st.dataframe(frame([{
+            "clients": p.settings["max_concurrency"], "rate (req/s)": p.settings["rate"],
+            "prompts": p.settings["num_prompts"], "metric": e["metric"], "measured": e["measured"],
+            "simulated": e["simulated"], "error (%)": e["error_pct"],
+        } for p in rep.points for e in p.errors]), hide_index=True,
+            column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
+        st.dataframe(frame([{"metric": k, "median |error| (%)": v} for k, v in rep.median_abs_error_pct.items()]),
+                     hide_index=True, column_config={"median |error| (%)": st.column_config.NumberColumn(format="%.1f")})

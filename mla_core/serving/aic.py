@@ -59,6 +59,7 @@ AIC_SYSTEMS = {
     "l40s": "l40s",
 }
 BACKENDS = ("vllm", "sglang", "trtllm")
+WIDE_EP = 8  # SGLang expert parallelism over more GPUs than one node runs DeepEP (AicTable._wide_moe)
 MLA_DIMS = (576, 512)  # the MLA tables' (d_c + d_r, d_c): DeepSeek-V3
 MLA_PREFILL_DIMS = (192, 128)  # (d_nope + d_r, d_v)
 TABLES_MADE: list = []  # every AicTable built (tables.clear_lookups empties their memos)
@@ -190,6 +191,23 @@ class AicTable(KernelTable):
             return None
         path = systems_dir() / "data" / self.system / family / backend / v / f"{table}.parquet"
         return (str(path), backend, v) if path.is_file() else None
+
+    def _table_file(self, family: str, table: str) -> tuple[str, str, str] | None:
+        """(path, backend, version) of one table the family's version may lack: the newest version
+        up to the current one that has it (SGLang's DeepEP MoE tables stop at 0.5.10)."""
+        key = ("table", family, table)
+        if key not in self._grids:
+            current = current_version(self.system, self.backend)
+            base = systems_dir() / "data" / self.system / family / self.backend
+            found = None
+            if current is not None and base.is_dir():
+                have = [q.name for q in base.iterdir() if q.is_dir() and (q / f"{table}.parquet").is_file()
+                        and _version_key(q.name) <= _version_key(current)]
+                if have:
+                    v = max(have, key=_version_key)
+                    found = (str(base / v / f"{table}.parquet"), self.backend, v)
+            self._grids[key] = found
+        return self._grids[key]
 
     def _source(self, backend: str, version: str, family: str) -> tuple[str, str]:
         """(source, note) for a family read from (backend, version)."""
@@ -371,11 +389,15 @@ class AicTable(KernelTable):
     def _moe(self, op, hw):
         dtype = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8_block", "mxfp4": "w4a16_mxfp4",
                  "fp4": "nvfp4"}.get(op.dtype)
+        ep = max(1, round(op.num_experts / op.experts_local))
+        if self.backend == "sglang" and ep > WIDE_EP and dtype is not None:
+            wide = self._wide_moe(op, hw, dtype, ep)
+            if wide is not None:
+                return wide
         f = self._file("moe", "moe_perf")
         if dtype is None or f is None:
             return None
         path, backend, version = f
-        ep = max(1, round(op.num_experts / op.experts_local))
 
         def keys():
             cols = _columns(path)
@@ -411,6 +433,57 @@ class AicTable(KernelTable):
             r_o, r_n = op.roofline_s(hw), near.roofline_s(hw)
             look = Lookup(max(look.latency_s * r_o / r_n, look.latency_s + r_o - r_n), src, look.note)
         return self._with(look, "; ".join(filter(None, (n2, note))))
+
+    def _wide_moe(self, op, hw, dtype: str, ep: int):
+        """SGLang's expert parallelism beyond one node runs DeepEP (its multi-node EP path, the
+        large-scale EP deployments' --moe-a2a-backend deepep): the routed experts' compute from
+        its DeepEP MoE tables (`wideep_generation_moe_perf` while a rank holds at most the
+        decode table's tokens, else `wideep_context_moe_perf`), rows at distribution 'uniform',
+        `num_tokens` the tokens of the whole EP group (its range grows with moe_ep_size). The
+        nearest measured moe_ep_size is scaled by the roofline; None where neither table holds
+        the model's shape."""
+        for table in ("wideep_generation_moe_perf", "wideep_context_moe_perf"):
+            f = self._table_file("moe", table)
+            if f is None:
+                continue
+            path, backend, version = f
+
+            def keys(path=path):
+                cols = _columns(path)
+                mask = _eq(cols, "distribution", "uniform")
+                names = ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
+                arr = [cols[n][mask] for n in names]
+                tok, lat = cols["num_tokens"][mask].astype(float), cols["latency"][mask] * 1e-3
+                out = {}
+                for i, key in enumerate(zip(*arr)):
+                    k = tuple(x if isinstance(x, str) else int(x) for x in key)
+                    out.setdefault(k, ([], []))
+                    out[k][0].append(tok[i])
+                    out[k][1].append(lat[i])
+                return {k: (Grid.from_points(np.array(v[0])[:, None], v[1]), max(v[0])) for k, v in out.items()}
+
+            grids = self._cached((path, "wide-moe"), keys)
+            same = [k for k in grids if k[:6] == (dtype, op.hidden, op.inter, op.topk, op.num_experts, op.moe_tp)]
+            if not same:
+                continue
+            k = min(same, key=lambda k: abs(math.log(k[6] / ep)))
+            grid, top = grids[k]
+            if table == "wideep_generation_moe_perf" and op.tokens / ep > top / k[6]:
+                continue  # more tokens a rank than the decode kernel's table: the prefill one
+            near = op if k[6] == ep else op.at(experts_local=max(1, op.num_experts // k[6]))
+            # the table's tokens are the group's: at the measured moe_ep_size, the same tokens a rank
+            tokens = op.tokens * k[6] / ep
+            src, n2 = self._source(backend, version, "MoE")
+            hit = grid(tokens)
+            look = scaled(replace(near, tokens=max(1, int(tokens))), hw, hit, src, lambda p: {"tokens": int(p[0])},
+                          "MoE")
+            note = f"DeepEP MoE table ({table}, moe_ep_size {k[6]})"
+            if near is not op:
+                r_o, r_n = op.roofline_s(hw), replace(near, tokens=max(1, int(tokens))).roofline_s(hw)
+                look = Lookup(look.latency_s * (r_o / r_n if r_n else 1.0), src, look.note)
+                note += f" scaled from moe_ep_size {k[6]} to {ep} by the roofline"
+            return self._with(look, "; ".join(filter(None, (n2, note))))
+        return None
 
     @staticmethod
     def _nearest_moe_key(grids: dict, want: tuple):
@@ -592,28 +665,71 @@ def aic_table(gpu_id: str, backend: str) -> AicTable | None:
 
 @functools.lru_cache(maxsize=64)
 def _engine(model_path: str, system: str, backend: str, tp: int, adp: int, moe_tp: int, moe_ep: int, kv: str,
-            fmha: str):
+            fmha: str, gemm: str | None = None, moe: str | None = None):
     import logging
 
     from aiconfigurator_core.sdk import EngineHandle
 
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
     return EngineHandle.compile(model_path, system, backend, tp_size=tp, attention_dp_size=adp, moe_tp_size=moe_tp,
-                                moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha)
+                                moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha,
+                                gemm_quant_mode=gemm, moe_quant_mode=moe)
 
 
-def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None = None) -> dict:
-    """aiconfigurator-core's own estimate (its Rust engine, `EngineHandle`) at `point` of `dep`,
-    beside ours: `available` False with a `reason` where it cannot (not installed, the GPU has no
-    system, it does not know the model, the split or the dtypes). Otherwise `system`,
-    `backend`, `model_path`, `decode_step_s` (its `decode_step_latency`: one step of the
-    replica's batch at the input length, with the output length for its context growth),
-    `tpot_s`, `ttft_s` (its `predict_prefill_latency` of one request), and `ours_over_aic` (our
-    estimate / its figure, for TPOT and TTFT). Its API facts (docs/model.md): MoE needs
-    tp x attention_dp = moe_tp x moe_ep; `predict_decode_latency` is the total over the output,
-    not one step; the first query loads its tables (about a second)."""
+def _model_path(model) -> str | None:
+    """What aiconfigurator-core's engine is compiled from, without a download: the preset's
+    Hugging Face repo where aiconfigurator-core 0.12.0 ships its config (model_configs/
+    owner--name_config.json), else a local folder holding the preset's own config.json (its
+    loader reads a local path first); None for a model with neither."""
+    import hashlib
+    import json
+    import tempfile
+
+    from ..presets import model_entries
     from .commands import model_path_for
 
+    repo = model_path_for(model)
+    root = systems_dir()
+    if root is not None and (root.parent / "model_configs" / f"{repo.replace('/', '--')}_config.json").is_file():
+        return repo
+    try:
+        cfg = (model_entries().get(model.name) or {}).get("config")
+    except Exception:
+        cfg = None
+    if not cfg:
+        return None
+    text = json.dumps(cfg, sort_keys=True)
+    folder = Path(tempfile.gettempdir()) / "mla_explorer_aic_configs" / hashlib.sha1(text.encode()).hexdigest()[:16]
+    if not (folder / "config.json").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"config.json.{hashlib.sha1(str(id(cfg)).encode()).hexdigest()[:8]}"
+        tmp.write_text(text)
+        tmp.replace(folder / "config.json")
+    return str(folder)
+
+
+# Our weights dtypes -> aiconfigurator-core's (GEMMQuantMode, MoEQuantMode); a block-scaled fp8
+# checkpoint (DeepSeek's) is fp8_block for both.
+_QUANT = {"bf16": ("bfloat16", "bfloat16"), "fp16": ("bfloat16", "bfloat16"), "fp8": ("fp8", "fp8"),
+          "fp4": ("nvfp4", "nvfp4"), "nvfp4": ("nvfp4", "nvfp4")}
+
+
+def aic_estimate(model, dep, wl, batch_per_replica: int, engine: str, *, weights_dtype: str | None = None,
+                 prefill_prompts: int = 1) -> dict:
+    """aiconfigurator-core's own estimate (its Rust engine, `EngineHandle`) of one replica of
+    `dep` holding `batch_per_replica` sequences: `available` False with a `reason` where it
+    cannot (not installed, the GPU has no system, the model or its architecture unknown to it,
+    the split or the dtypes it has no tables for). Otherwise `system`, `backend`, `version`,
+    `model_path`, `split` (its arguments), and, per its API (docs/model.md):
+        decode_step_s                 `decode_step_latency` of the rank's batch at the input length
+        tpot_s                        that step / the tokens a step emits
+        ttft_s                        `predict_prefill_latency` of one request
+        tokens_per_s_per_gpu          decode steps only: the rank's batch x tokens a step / the step
+        output_tokens_per_s_per_gpu   `run_static` (the batch prefilled, then decoded): batch x
+                                      output_len / its total time
+        input_tokens_per_s_per_gpu    `predict_prefill_latency` of `prefill_prompts` requests at once
+    each per GPU. Its batch is per attention-DP rank (with DP-attention, the replica's batch / tp);
+    the weights dtype maps to its quant modes (`_QUANT`; the checkpoint's own when None)."""
     def no(reason):
         return {"available": False, "reason": reason}
 
@@ -622,9 +738,16 @@ def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None
     system = AIC_SYSTEMS.get(dep.gpu.id)
     if system is None:
         return no(f"aiconfigurator-core has no measured system for GPU {dep.gpu.id}")
+    path = _model_path(model)
+    if path is None:
+        return no(f"aiconfigurator-core has no config for {model.name} and the model has none to hand it")
+    gemm = moe = None
     if weights_dtype not in (None, model.default_weights_dtype):
-        return no("aiconfigurator-core reads the checkpoint's own quantization; a weights dtype override has no match")
-    path = model_path_for(model)
+        if weights_dtype not in _QUANT:
+            return no(f"aiconfigurator-core has no quant mode for {weights_dtype} weights")
+        gemm, moe = _QUANT[weights_dtype]
+    if model.quant_method == "fp8" and weights_dtype in (None, "fp8"):
+        gemm = moe = None  # the checkpoint's own block-scaled fp8, as it reads it
     tp, ep = dep.tp, dep.ep
     dp = dep.dp_attention and tp > 1
     tp_size, adp = (1, tp) if dp else (tp, 1)
@@ -636,22 +759,38 @@ def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None
     kv_mode = "bfloat16" if kv in ("bf16", "fp16") else "fp8" if kv.startswith("fp8") else None
     if kv_mode is None:
         return no(f"aiconfigurator-core has no KV-cache mode for {kv}")
+    b = max(1, -(-batch_per_replica // adp))
     try:
-        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16")
-        b = point.batch_per_replica
-        step_ms = handle.decode_step_latency(b, wl.input_len, wl.output_len)
-        prefill_ms = handle.predict_prefill_latency(1, wl.input_len, wl.input_len - wl.new_prefill_tokens)
+        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16", gemm, moe)
+        prefix = wl.input_len - wl.new_prefill_tokens
+        step_ms = handle.decode_step_latency(b, wl.input_len, max(wl.output_len, 2))
+        prefill_ms = handle.predict_prefill_latency(1, wl.input_len, prefix)
+        many_ms = prefill_ms if prefill_prompts <= 1 else handle.predict_prefill_latency(prefill_prompts, wl.input_len,
+                                                                                         prefix)
+        static_ms = handle.run_static(batch_size=b, isl=wl.input_len, osl=max(wl.output_len, 2), prefix=prefix)[2]
     except Exception as e:  # its errors are many and typed in its own package
-        return no(f"aiconfigurator-core could not estimate {path} on {system}/{engine} at this split: "
+        return no(f"aiconfigurator-core could not estimate {model.name} on {system}/{engine} at this split: "
                   f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
-    tpot = step_ms * 1e-3 / wl.tokens_per_step
-    ttft = prefill_ms * 1e-3
+    if not (step_ms > 0 and prefill_ms > 0 and static_ms > 0):
+        return no(f"aiconfigurator-core returned no time for {model.name} on {system}/{engine} at this split")
+    tps = wl.tokens_per_step
+    return {"available": True, "system": system, "backend": engine, "version": current_version(system, engine),
+            "model_path": path if not path.startswith("/") else f"{model.name} (the preset's config.json)",
+            "split": {"tp_size": tp_size, "attention_dp_size": adp, "moe_tp_size": moe_tp, "moe_ep_size": moe_ep,
+                      "kvcache_quant_mode": kv_mode, "fmha_quant_mode": "bfloat16", "gemm_quant_mode": gemm,
+                      "moe_quant_mode": moe, "batch_size": b},
+            "decode_step_s": step_ms * 1e-3, "tpot_s": step_ms * 1e-3 / tps, "ttft_s": prefill_ms * 1e-3,
+            "tokens_per_s_per_user": tps / (step_ms * 1e-3),
+            "tokens_per_s_per_gpu": b * tps / (step_ms * 1e-3) / tp_size,
+            "output_tokens_per_s_per_gpu": b * max(wl.output_len, 2) / (static_ms * 1e-3) / tp_size,
+            "input_tokens_per_s_per_gpu": prefill_prompts * wl.input_len / (many_ms * 1e-3) / tp_size}
+
+
+def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None = None) -> dict:
+    """aiconfigurator-core's own estimate (`aic_estimate`) at `point` of `dep`, beside ours, with
+    `ours_over_aic` (our estimate / its figure, for TPOT and TTFT)."""
+    out = aic_estimate(model, dep, wl, point.batch_per_replica, engine, weights_dtype=weights_dtype)
     est = point.estimate
-    out = {"available": True, "system": system, "backend": engine, "version": current_version(system, engine),
-           "model_path": path, "split": {"tp_size": tp_size, "attention_dp_size": adp, "moe_tp_size": moe_tp,
-                                         "moe_ep_size": moe_ep, "kvcache_quant_mode": kv_mode, "fmha_quant_mode": "bfloat16"},
-           "decode_step_s": step_ms * 1e-3, "tpot_s": tpot, "ttft_s": ttft,
-           "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else None}
-    if est is not None:
-        out["ours_over_aic"] = {"tpot": est.tpot_s / tpot if tpot else None, "ttft": est.ttft_s / ttft if ttft else None}
+    if out["available"] and est is not None:
+        out["ours_over_aic"] = {"tpot": est.tpot_s / out["tpot_s"], "ttft": est.ttft_s / out["ttft_s"]}
     return out

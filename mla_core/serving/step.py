@@ -175,11 +175,15 @@ def layer_shapes(model: ModelSpec, tp: int, dp: bool, kv_dtype: str, state_dtype
 # --- the ops of a forward pass --------------------------------------------------------------------
 
 def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs: int = 0, context: int = 0,
-                prefill_tokens: int = 0, prefix: int = 0, graph: bool = True) -> list:
+                prefill_tokens: int = 0, prefix: int = 0, graph: bool = True,
+                group_prefill_tokens: int | None = None) -> list:
     """The ops of one forward pass on the busiest GPU of `dep`'s group: `decode_seqs` sequences
     of the group (at `context` cached tokens, k + 1 tokens each) and a prefill chunk of
     `prefill_tokens` new tokens after `prefix` cached ones (0 for a pure decode step).
-    `graph` whether the step runs inside a CUDA graph (the collectives' variant)."""
+    `graph` whether the step runs inside a CUDA graph (the collectives' variant).
+    `group_prefill_tokens`: under DP-attention, the prefill tokens of the whole group that enter
+    its MLP / experts and their collectives when every GPU prefills a chunk of its own (a prefill
+    pool); None: this GPU's chunk alone."""
     from ..kv import resolve_kv_dtype
     from ..params import expert_and_other_dtypes
     from ..units import weight_bytes
@@ -193,7 +197,8 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
     b_gpu = -(-decode_seqs // tp) if dp else decode_seqs
     dec_gpu = b_gpu * k1  # decode tokens through this GPU's attention side
     t_attn = dec_gpu + prefill_tokens
-    t_group = decode_seqs * k1 + prefill_tokens  # tokens through the group's MLP
+    t_group = decode_seqs * k1 + (prefill_tokens if group_prefill_tokens is None or not dp
+                                  else group_prefill_tokens)  # tokens through the group's MLP
     t_mlp = t_group
     wdtype = _wdtype(model, dep)
     expert_dtype, other = expert_and_other_dtypes(model, wdtype)
