@@ -238,10 +238,10 @@ def cmd_plan(args) -> dict:
 
     model = _model(args)
     gpu = _gpu(args, required=True)
-    num_gpus = args.num_gpus if args.num_gpus is not None else (args.tp or 1)
-    split_given = args.tp is not None or args.dp_attention or args.ep is not None
+    num_gpus = args.num_gpus if args.num_gpus is not None else (args.tp or 1) * (args.pp or 1)
+    split_given = args.tp is not None or args.dp_attention or args.ep is not None or args.pp is not None
     if args.batch is not None and not split_given:
-        raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep)")
+        raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep / --pp)")
     wl = Workload(input_len=args.input_len, output_len=args.output_len, prefix_hit=args.prefix_hit,
                   spec_tokens=args.spec_tokens, acceptance=args.acceptance)
     link = None
@@ -262,7 +262,8 @@ def cmd_plan(args) -> dict:
                   gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
                   link_bandwidth_Bps=link, block_size=args.block_size,
                   tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
-                  ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype,
+                  ep=args.ep if split_given else None, pp=args.pp if split_given else None, batch=args.batch,
+                  state_dtype=args.state_dtype,
                   ssm_state_dtype=args.ssm_state_dtype,
                   engine=None if args.bound_only else args.engine, kernel_tables=args.kernel_tables,
                   profile=args.profile, cross_check=args.cross_check and not args.bound_only)
@@ -286,7 +287,10 @@ def _plan_traffic(args, model, gpu, plan, link) -> dict | None:
     from .traffic import TrafficConfig, plan_traffic, vllm_batch_defaults
 
     best = plan.best
-    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=args.gpus_per_node, tp=best.tp,
+    if best.pp > 1:
+        return {"available": False, "reason": "the traffic simulation runs one stage a replica: it does not model "
+                                              f"pipeline stages yet (best split {best.split})"}
+    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=plan.gpus_per_node, tp=best.tp,
                      dp_attention=best.dp_attention, ep=best.ep, weights_dtype=args.weights_dtype,
                      kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
                      internode_gbps=args.internode_gbps, link_bandwidth_Bps=link, block_size=args.block_size,
@@ -392,10 +396,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--peak-tflops", type=_real_arg("--peak-tflops"),
                        help="dense tensor peak in TFLOP/s (overrides the preset)")
         p.add_argument("--num-gpus", type=_int_arg("--num-gpus"), help="GPUs in the deployment (default: tp, or 1)")
-        p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"), default=8, help="default 8")
-        p.add_argument("--tp", type=_int_arg("--tp"), help="GPUs a replica (group); with --batch: evaluate this split")
+        p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"),
+                       help="GPUs one NVLink domain joins (default: the GPU preset's, 72 on GB200 / GB300 NVL72, "
+                            "else 8)")
+        p.add_argument("--tp", type=_int_arg("--tp"),
+                       help="GPUs a tensor-parallel group (a stage); with --batch: evaluate this split")
+        p.add_argument("--pp", type=_int_arg("--pp"),
+                       help="pipeline stages a replica (layers split over them; tp x pp GPUs a replica)")
         p.add_argument("--dp-attention", action="store_true", help="attention data parallelism within the group")
-        p.add_argument("--ep", type=_int_arg("--ep"), help="expert parallelism: 1 or the group size tp")
+        p.add_argument("--ep", type=_int_arg("--ep"),
+                       help="expert parallelism: any divisor of tp; the rest of the group slices each expert "
+                            "(MoE TP = tp / ep)")
         p.add_argument("--batch", type=_int_arg("--batch"), help="sequences of the whole deployment (one point)")
         p.add_argument("--input-len", type=_int_arg("--input-len"), required=True, help="input tokens a request")
         p.add_argument("--output-len", type=_int_arg("--output-len"), required=True, help="output tokens a request")

@@ -179,7 +179,8 @@ def test_one_point_search_is_that_point():
 
 def test_search_fast_path_equals_evaluate(plan16):
     for p in plan16.points[::7]:
-        dep = Deployment(gpu=H200, num_gpus=16, gpus_per_node=8, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep)
+        dep = Deployment(gpu=H200, num_gpus=16, gpus_per_node=8, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep,
+                         pp=p.pp)
         q = evaluate(V3, dep, WL, p.batch, usd_per_gpu_hour=3.0, ttft_ms=2000, tpot_ms=50)
         assert dataclasses.replace(q, limit=p.limit) == p
 
@@ -385,7 +386,10 @@ def test_plan_bad_input_exits_2_with_one_line(extra):
     (dict(num_gpus=0), WL),
     (dict(num_gpus=16, tp=3), WL),
     (dict(num_gpus=8, tp=8, dp_attention=True, ep=512), WL),
-    (dict(num_gpus=8, tp=8, ep=2), WL),
+    (dict(num_gpus=8, tp=8, ep=3), WL),  # ep must divide tp
+    (dict(num_gpus=8, tp=4, pp=2, dp_attention=True), WL),  # pp with DP-attention is not planned
+    (dict(num_gpus=8, tp=1, pp=16), WL),  # more stages than GPUs
+    (dict(num_gpus=128, tp=2, pp=64), WL),  # more stages than DeepSeek-V3's 61 layers
     (dict(num_gpus=8, tp=8), Workload(4096, 1024, spec_tokens=1, acceptance=1.0)),
     (dict(num_gpus=8, tp=8, gpu_memory_utilization=0), WL),
 ])

@@ -424,8 +424,8 @@ class AicTable(KernelTable):
         return min(cands, key=lambda k: sum(math.log(max(a, 1) / max(b, 1)) ** 2 for a, b in zip(k[1:], want[1:])))
 
     def _collective(self, op, hw):
-        if op.nodes > 1 or op.ranks > 8 or op.ranks < 2:
-            return None  # the tables are measured within one node
+        if op.nodes > 1 or op.ranks > 8 or op.ranks < 2 or op.op == "send":
+            return None  # the tables are measured within one node; they hold no point-to-point send
         if op.op == "all_to_all":
             return self._all_to_all(op, hw)
         elements = op.bytes / 2

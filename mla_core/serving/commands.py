@@ -20,6 +20,17 @@ Each flag is spelled as the engine's own argument parser spells it. Checked agai
           --ep_size, --max_batch_size, --max_num_tokens, --max_seq_len, --trust_remote_code;
           attention DP and the KV dtype are LLM-API options (enable_attention_dp,
           kv_cache_config.dtype) given in a --config YAML, so the command says so in a note.
+Pipeline stages and the MoE split (checked against):
+  vLLM    --pipeline-parallel-size (EngineArgs); --enable-expert-parallel spreads the experts over
+          every TP x DP rank (ep = tp): there is no MoE TP x EP split, so a plan with 1 < ep < tp
+          gets no vLLM command and a note. Stages split the layers by vllm/distributed/utils.py
+          get_pp_indices (VLLM_PP_LAYER_PARTITION overrides it).
+  SGLang  --pp-size (alias --pipeline-parallel-size) and --ep-size (alias --expert-parallel-size)
+          in python/sglang/srt/server_args.py; parallel_state.initialize_model_parallel sets
+          moe_tp_size = tp_size // ep_size, so --tp-size 8 --ep-size 4 is MoE TP2 x EP4.
+  TensorRT-LLM  tensorrt_llm/commands/serve.py: --tp_size, --pp_size, --ep_size (the LLM API's
+          moe_expert_parallel_size); tensorrt_llm/mapping.py derives moe_tp_size = tp_size //
+          moe_ep_size when only the EP size is given (moe_tensor_parallel_size states it in the YAML).
 A command is built with shlex.join, so it parses back (shlex.split) into the same arguments.
 A setting an engine cannot express (a KV dtype it lacks) gives None and a note, not a guess.
 """
@@ -76,9 +87,12 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
 
     path = model_path or model_path_for(model)
     tp, dp, ep = point.tp, point.dp_attention, point.ep
-    # serving.check_deployment guarantees the layout: a group within one node, or whole nodes.
-    gpn = min(dep.gpus_per_node, tp)
-    nodes = tp // gpn
+    pp = getattr(point, "pp", 1)
+    moe_tp = tp // ep if ep > 1 else tp
+    world = tp * pp  # GPUs of one replica
+    # serving.check_deployment guarantees the layout: a replica within one node, or whole nodes.
+    gpn = min(dep.gpus_per_node, world)
+    nodes = world // gpn
     max_len = wl.input_len + wl.output_len
     block = dep.block_size or default_block_size(model)
     per_replica = max(1, point.batch_per_replica)
@@ -86,8 +100,15 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
     notes = []
     others = "node 1" if nodes == 2 else f"nodes 1 to {nodes - 1}"
     if point.replicas > 1:
-        notes.append(f"start {point.replicas} replicas of {tp} GPUs each (one command per replica) "
+        notes.append(f"start {point.replicas} replicas of {world} GPUs each (one command per replica) "
                      "behind a load balancer")
+    if pp > 1:
+        from ..spec import pp_layer_counts
+
+        counts = pp_layer_counts(model.num_hidden_layers, pp)
+        notes.append(f"{pp} pipeline stages of {', '.join(map(str, counts))} decoder layers (vLLM's and SGLang's "
+                     "split; TensorRT-LLM gives the extra layers to the first stages)")
+    split_moe = 1 < ep < tp
     mtp = model.num_nextn_predict_layers > 0
     k = wl.spec_tokens
     # The recurrent state's dtype, when the plan set one and the model has recurrent layers.
@@ -110,14 +131,21 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
         per_engine = -(-per_replica // tp)
     else:
         vllm += ["--tensor-parallel-size", str(tp)]
+        if pp > 1:
+            vllm += ["--pipeline-parallel-size", str(pp)]
         if nodes > 1:
             vllm += ["--distributed-executor-backend", "ray"]
-            notes.append(f"vLLM: a TP group over {nodes} nodes runs on a Ray cluster (ray start on every node)")
+            notes.append(f"vLLM: a {'replica' if pp > 1 else 'TP group'} over {nodes} nodes runs on a Ray cluster "
+                         "(ray start on every node)")
         per_engine = per_replica
-    if ep > 1:
+    if ep > 1 and not split_moe:
         vllm.append("--enable-expert-parallel")
     vdtype = _engine_kv_dtype(model, dep.kv_dtype, VLLM_KV_DTYPES)
-    if vdtype is None:
+    if split_moe:
+        notes.append(f"vLLM has no MoE TP x EP split: --enable-expert-parallel spreads the experts over all {tp} "
+                     f"ranks (ep = tp), without it they are TP{tp}; no vLLM command for MoE TP{moe_tp} x EP{ep}")
+        vllm = None
+    elif vdtype is None:
         notes.append(f"vLLM has no kv_cache_dtype for {dep.kv_dtype}: no vLLM command")
         vllm = None
     else:
@@ -139,6 +167,8 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
 
     # SGLang: --tp-size is the whole group; DP-attention sets --dp-size to it.
     sgl: list[str] | None = ["python", "-m", "sglang.launch_server", "--model-path", path, "--tp-size", str(tp)]
+    if pp > 1:
+        sgl += ["--pp-size", str(pp)]
     if dp:
         sgl += ["--dp-size", str(tp), "--enable-dp-attention"]
     if ep > 1:
@@ -167,8 +197,14 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
         sgl.append("--trust-remote-code")
     # TensorRT-LLM (PyTorch backend)
     trt = ["trtllm-serve", path, "--backend", "pytorch", "--tp_size", str(tp)]
+    if pp > 1:
+        trt += ["--pp_size", str(pp)]
     if ep > 1:
         trt += ["--ep_size", str(ep)]
+    if split_moe:
+        notes.append(f"MoE TP{moe_tp} x EP{ep}: SGLang's --tp-size {tp} --ep-size {ep} and TensorRT-LLM's "
+                     f"--tp_size {tp} --ep_size {ep} give moe_tp {moe_tp} (tp / ep; TensorRT-LLM's YAML may state "
+                     f"moe_tensor_parallel_size: {moe_tp})")
     trt += ["--max_batch_size", str(per_replica), "--max_seq_len", str(max_len), "--trust_remote_code"]
     extra = []
     if dp:
@@ -181,7 +217,8 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
     if extra:
         notes.append("TensorRT-LLM: put " + "; ".join(extra) + " in a YAML file given with --config")
     if nodes > 1:
-        notes.append(f"TensorRT-LLM: a group over {nodes} nodes starts with mpirun / srun (one rank a GPU)")
+        notes.append(f"TensorRT-LLM: a {'replica' if pp > 1 else 'group'} over {nodes} nodes starts with mpirun / "
+                     "srun (one rank a GPU)")
     if nodes > 1:
         notes.append(f"replace {HEAD_ADDRESS} with the first node's address")
     notes.append("SGLang's --mem-fraction-static counts weights and KV like vLLM's --gpu-memory-utilization; "
