@@ -14,8 +14,8 @@ from test_cli import run, run_json
 from mla_core.errors import MLAError
 from mla_core.presets import load_gpu, load_model
 from mla_core.roofline import roofline
-from mla_core.serving import (Deployment, Workload, communication, evaluate, prefill_attention_pairs,
-                              prefill_work, published_checks, search)
+from mla_core.serving import (Deployment, Workload, communication, communication_calls, evaluate,
+                              prefill_attention_pairs, prefill_work, published_checks, search)
 from mla_core.config import synthetic_model
 from mla_core.kv import kv_report
 from mla_core.layers import LayerSpec, SharedKV, attention_cache
@@ -374,6 +374,10 @@ def test_cli_one_point_and_table():
     ["--num-gpus", "8", "--ttft-ms", "0"],
     ["--num-gpus", "8", "--batch", "8"],
     ["--num-gpus", "8", "--internode-gbps", "nan"],
+    ["--num-gpus", "8", "--tp", "8", "--ep", "3"],
+    ["--num-gpus", "8", "--pp", "3"],
+    ["--num-gpus", "8", "--tp", "4", "--pp", "2", "--dp-attention"],
+    ["--num-gpus", "8", "--pp", "0"],
 ])
 def test_plan_bad_input_exits_2_with_one_line(extra):
     p = run("plan", "--model", "deepseek-v3", "--gpu", "h200", "--input-len", "4096", "--output-len", "1024", *extra)
@@ -510,3 +514,139 @@ def test_the_state_dtype_reaches_the_launch_commands():
     dense = search(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), num_gpus=1, workload=Workload(4096, 1024),
                    state_dtype="fp32")
     assert "--mamba-cache-dtype" not in dense.vllm_command  # no recurrent layers, nothing to set
+
+
+# --- pipeline stages, the MoE split, the NVLink domain (issue 19) ------------------------------------
+
+R1 = load_model("deepseek-r1")
+
+
+def test_pipeline_stages_split_the_layers_as_vllm_does_and_keep_every_parameter():
+    from mla_core.params import params_total
+    from mla_core.spec import pipeline_stages, pp_layer_counts
+
+    # vllm/distributed/utils.py get_pp_indices: 61 // 2 = 30 each, the remainder to the stage before the last
+    assert pp_layer_counts(61, 2) == (31, 30) and pp_layer_counts(61, 4) == (15, 15, 16, 15)
+    assert pp_layer_counts(126, 8) == (15, 16, 16, 16, 16, 16, 16, 15)  # Llama-3.1-405B on 8 stages
+    first, last = pipeline_stages(R1, 2)
+    assert (first.num_hidden_layers, last.num_hidden_layers) == (31, 30)
+    assert sum(params_total(st) for st in (first, last)) == params_total(R1) == 671_026_404_352
+    # the embedding on the first stage, the LM head on the last: 129,280 x 7,168 each
+    from mla_core.params import param_breakdown
+
+    assert param_breakdown(first)["embed_tokens"] == param_breakdown(last)["lm_head"] == 129_280 * 7168
+    assert param_breakdown(first)["lm_head"] == param_breakdown(last)["embed_tokens"] == 0
+
+
+def test_pipeline_stages_hold_their_layers_cache_and_the_tightest_stage_sets_the_cap():
+    from mla_core.capacity import capacity
+    from mla_core.serving.bound import _group_capacity
+    from mla_core.spec import pipeline_stages
+
+    dep = Deployment(gpu=H200, num_gpus=8, tp=4, pp=2)
+    # the latent (512 + 64) x 2 B is whole on every TP rank: a stage's GPU holds its own layers'
+    caps = [capacity(st, context=1536, gpu=H200, num_gpus=4, tp=4) for st in pipeline_stages(R1, 2)]
+    assert [c["kv_bytes_per_token_per_gpu"] for c in caps] == [31 * 1152, 30 * 1152]
+    cap = _group_capacity(R1, dep, 1536)
+    assert cap["max_concurrent_requests"] == min(c["max_concurrent_requests"] for c in caps)
+    # DeepSeek-R1 on TP4 does not fit an H200 (168 GB of fp8 weights a GPU); over two stages it does
+    wl = Workload(1024, 1024)
+    assert not evaluate(R1, Deployment(gpu=H200, num_gpus=4, tp=4), wl, batch=1).max_batch
+    assert evaluate(R1, dep, wl, batch=1).max_batch == cap["max_concurrent_requests"] > 0
+
+
+def test_a_pipeline_decode_step_by_hand():
+    # TP4 x PP2, 64 sequences: 2 micro-batches of 32, each stage's step its own layers; the send is
+    # the hidden states and the residual of 32 tokens, 2 x 32 x 7,168 x 2 B split over 4 ranks, over
+    # one direction of NVLink (450 GB/s): the step is max(stage 1 + stage 2 + send, 2 x the slower).
+    from mla_core.serving import decode_work
+    from mla_core.serving.bound import _times
+    from mla_core.spec import pipeline_stages
+
+    dep = Deployment(gpu=H200, num_gpus=8, tp=4, pp=2)
+    wl = Workload(1024, 1024)
+    stage = []
+    for st in pipeline_stages(R1, 2):
+        w = decode_work(st, dep, wl, 32)
+        stage.append(_times(w["step_bytes"], w["step_flops"], w["peak_flops"], dep,
+                            communication(st, dep, 32, 32)["time_s"])[3])
+    send = 2 * 32 * 7168 * 2 / 4 / 450e9
+    p = evaluate(R1, dep, wl, batch=64, engine=None)
+    assert p.pp == 2 and p.micro_batches == 2 and p.pp_send_s == pytest.approx(send)
+    assert p.stage_step_s == pytest.approx(max(stage))
+    assert p.step_time_s == pytest.approx(max(sum(stage) + send, 2 * max(stage)))
+    # one sequence: one micro-batch passes both stages, the latency is their sum plus the send
+    one = evaluate(R1, dep, wl, batch=1, engine=None)
+    assert one.micro_batches == 1 and one.step_time_s > one.stage_step_s
+    # stages across nodes: TP8 x PP2 on two nodes of 8 sends over the network (400 Gb/s = 50 GB/s a GPU)
+    two = evaluate(R1, Deployment(gpu=H200, num_gpus=16, tp=8, pp=2), wl, batch=64, engine=None)
+    assert two.pp_send_s == pytest.approx(2 * 32 * 7168 * 2 / 8 / 50e9)
+
+
+def test_the_moe_split_inside_a_tp_group():
+    from mla_core.serving.step import forward_ops
+    from mla_core.serving.ops import MoE
+
+    wl = Workload(1024, 1024)
+    tp8 = evaluate(R1, Deployment(gpu=H200, num_gpus=8, tp=8), wl, batch=64, engine=None)
+    split = evaluate(R1, Deployment(gpu=H200, num_gpus=8, tp=8, ep=4), wl, batch=64, engine=None)
+    # the same bytes, flops and all-reduces a step (every rank holds every token; E / ep experts,
+    # 1 / moe_tp of each, are tp-th of the experts' weights in expectation) ...
+    assert split.step_time_s == pytest.approx(tp8.step_time_s) and split.moe_tp == 2 and split.ep == 4
+    assert split.split == "TP8 + MoE TP2 x EP4"
+    # ... but the MoE kernel the tables are asked for is TensorRT-LLM's moe_tp_size 2 x moe_ep_size 4
+    moe = [o for o in forward_ops(R1, Deployment(gpu=H200, num_gpus=8, tp=8, ep=4), wl, decode_seqs=64, context=1536)
+           if isinstance(o, MoE)]
+    assert {(o.experts_local, o.moe_tp, o.num_experts) for o in moe} == {(64, 2, 256)}
+    # DP-attention with 1 < ep < tp gathers the group's tokens as with ep 1 (no all-to-all)
+    dp = Deployment(gpu=H200, num_gpus=8, tp=8, dp_attention=True, ep=4)
+    assert {op for op, _, _ in communication_calls(R1, dp, 64, 8)} == {"all_gather", "reduce_scatter"}
+
+
+def test_moe_split_and_pipeline_commands():
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--tp", "8", "--ep", "4",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["split"] == "TP8 + MoE TP2 x EP4" and d["best"]["moe_tp"] == 2
+    sgl, trt = shlex.split(d["sglang_command"]), shlex.split(d["trtllm_command"])
+    assert sgl[sgl.index("--tp-size") + 1] == "8" and sgl[sgl.index("--ep-size") + 1] == "4"
+    assert trt[trt.index("--tp_size") + 1] == "8" and trt[trt.index("--ep_size") + 1] == "4"
+    assert d["vllm_command"] is None and any("vLLM has no MoE TP x EP split" in n for n in d["notes"])
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--pp", "2",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["split"] == "TP4 + PP2" and d["best"]["pp"] == 2
+    vllm, sgl, trt = (shlex.split(d[k]) for k in ("vllm_command", "sglang_command", "trtllm_command"))
+    assert vllm[vllm.index("--tensor-parallel-size") + 1] == "4" and vllm[vllm.index("--pipeline-parallel-size") + 1] == "2"
+    assert sgl[sgl.index("--pp-size") + 1] == "2" and trt[trt.index("--pp_size") + 1] == "2"
+    assert any("31, 30 decoder layers" in n for n in d["notes"])
+    # TP8 x PP2 on two nodes: vLLM over Ray, SGLang over 2 nodes
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "16", "--tp", "8", "--pp", "2",
+                 "--input-len", "1024", "--output-len", "1024")
+    sgl = shlex.split(d["sglang_command"])
+    assert sgl[sgl.index("--nnodes") + 1] == "2" and "ray" in d["vllm_command"]
+
+
+def test_the_search_tries_pipeline_stages_where_they_fill_a_node():
+    from mla_core.serving import splits
+
+    got = {(t, p) for t, dp, e, p in splits(R1, 16, 8) if p > 1}
+    # TP x PP = the node (8), and TP8 with stages across nodes
+    assert got == {(1, 8), (2, 4), (4, 2), (8, 2)}
+    assert all(p == 1 for t, dp, e, p in splits(R1, 16, 8) if dp)
+
+
+def test_an_nvl72_plans_as_one_nvlink_domain():
+    from mla_core.serving.inputs import default_gpus_per_node
+
+    assert default_gpus_per_node(load_gpu("gb200-nvl72")) == 72 and default_gpus_per_node(H200) == 8
+    assert default_gpus_per_node(load_gpu("h100-nvl")) == 8  # 2-GPU bridges in 8-GPU hosts
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "gb200-nvl72", "--num-gpus", "72",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["gpus_per_node"] == 72 and d["launch_command"] and d["sglang_command"]
+    assert {s["tp"] for s in d["splits"]} >= {12, 24, 36, 72}  # groups over the whole rack, no node boundary
+    assert not any("skipped" in n for n in d["notes"])
+    # 128 heads: TP attention up to 8; the rack-wide group is DP-attention 72 + EP72, NVLink only
+    ep72 = next(s for s in d["splits"] if s["tp"] == 72 and s["ep"] == 72)
+    assert ep72["split"] == "DP-attention 72 + EP72" and ep72["best"]["communication_bytes_per_gpu"] > 0
+    dep = Deployment(gpu=load_gpu("gb200-nvl72"), num_gpus=72, gpus_per_node=72, tp=72, dp_attention=True, ep=72)
+    c = communication(R1, dep, 72 * 8, 8)
+    assert c["network_bytes"] == 0 and c["alltoall_bytes"] > 0

@@ -55,6 +55,10 @@ AIC_SYSTEMS = {
     "h200": "h200_sxm",
     "b200": "b200_sxm",
     "gb200": "gb200",
+    "gb200-nvl72": "gb200",  # the same part in its 72-GPU rack (gb200.yaml: 8 TB/s, 2,500 / 5,000 / 10,000 TFLOPS)
+    "b300": "b300_sxm",
+    "gb300": "gb300",
+    "rtx-pro-6000": "rtx_pro_6000_server",
     "a100-80gb": "a100_sxm",  # a100_sxm.yaml: 2.039 TB/s, the 80 GB part
     "l40s": "l40s",
 }

@@ -43,6 +43,9 @@ from ..spec import ModelSpec
 
 HEAD_ADDRESS = "HEAD_NODE_IP"  # placeholder for the first node's address in multi-node commands
 VLLM_RPC_PORT = 13345
+# GPUs one host drives in a rack-scale NVLink domain (GB200 / GB300 NVL72 compute trays: 2 Grace CPUs
+# x 2 GPUs; aiconfigurator-core 0.12.0 systems/gb200.yaml and gb300.yaml, num_gpus_per_node 4).
+RACK_HOST_GPUS = 4
 SGLANG_INIT_PORT = 20000
 
 # Our KV dtypes (mla_core.units.KV_DTYPES after `auto` is resolved) in each engine's spelling.
@@ -108,6 +111,10 @@ def launch_commands(model: ModelSpec, dep, wl, point, *, model_path: str | None 
         counts = pp_layer_counts(model.num_hidden_layers, pp)
         notes.append(f"{pp} pipeline stages of {', '.join(map(str, counts))} decoder layers (vLLM's and SGLang's "
                      "split; TensorRT-LLM gives the extra layers to the first stages)")
+    if dep.gpus_per_node > 8 and world > RACK_HOST_GPUS:
+        notes.append(f"one NVLink domain of {dep.gpus_per_node} GPUs spans hosts of {RACK_HOST_GPUS} GPUs (NVL72 "
+                     f"compute trays): a replica of {world} GPUs starts on {-(-world // RACK_HOST_GPUS)} hosts, "
+                     "as a multi-node launch (vLLM on Ray, SGLang --nnodes / --node-rank, TensorRT-LLM mpirun)")
     split_moe = 1 < ep < tp
     mtp = model.num_nextn_predict_layers > 0
     k = wl.spec_tokens
