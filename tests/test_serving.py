@@ -34,8 +34,10 @@ def test_prefill_pairs_and_flops_by_hand():
     pre = prefill_work(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL)
     assert pre["new_tokens"] == 4096
     assert pre["attention_flops"] == 511_830_016 * 81_920
-    # 2 flops a parameter a token: DeepSeek-V3 streams 36,625,603,584 parameters a token (k = 8 of 256 experts).
-    assert pre["flops"] == 2 * 36_625_603_584 * 4096 + 511_830_016 * 81_920
+    # 2 flops a parameter a token: DeepSeek-V3 streams 36,625,603,584 parameters a token (k = 8 of 256 experts),
+    # the LM head's 129,280 x 7,168 of them for the sampled token only (engines compute the last logits).
+    lm = 129_280 * 7168
+    assert pre["flops"] == 2 * (36_625_603_584 - lm) * 4096 + 2 * lm + 511_830_016 * 81_920
     assert pre["flops_gpu"] == pytest.approx(pre["flops"] / 8)
     # Half the prompt cached: 2,048 new tokens, each attending to the 2,048 cached ones too.
     half = Workload(input_len=4096, output_len=1, prefix_hit=0.5)
@@ -650,3 +652,128 @@ def test_an_nvl72_plans_as_one_nvlink_domain():
     dep = Deployment(gpu=load_gpu("gb200-nvl72"), num_gpus=72, gpus_per_node=72, tp=72, dp_attention=True, ep=72)
     c = communication(R1, dep, 72 * 8, 8)
     assert c["network_bytes"] == 0 and c["alltoall_bytes"] > 0
+
+
+# --- prefill/decode disaggregation (issue 19) ------------------------------------------------------
+
+def test_the_kv_transfer_by_hand():
+    from mla_core.serving.disagg import kv_transfer
+
+    wl = Workload(1024, 1024)
+    # DeepSeek-R1's latent, 1,024 tokens x 61 layers x (512 + 64) x 2 B, whole on a DP-attention GPU
+    # and on every TP rank; two pools of 8 on nodes of 8 move it over the network, 400 Gb/s = 50 GB/s a GPU
+    pre, dec = Deployment(gpu=H200, num_gpus=8, tp=8), Deployment(gpu=H200, num_gpus=8, tp=8, dp_attention=True)
+    x = kv_transfer(R1, pre, dec, wl)
+    assert x["bytes"] == x["bytes_per_gpu"] == 1024 * 61 * 1152 == 71_958_528
+    assert x["link"] == "network" and x["time_s"] == pytest.approx(71_958_528 / 50e9)
+    # the TP8 prefill side sends the latent from each of its 8 ranks: min(8, 8) links carry 8 x that a request
+    assert x["requests_per_s"] == pytest.approx(8 * 50e9 / (8 * 71_958_528))
+    # both pools in one NVL72 rack: NVLink 5, 1.8 TB/s both ways, 900 GB/s each
+    nvl = load_gpu("gb200-nvl72")
+    x = kv_transfer(R1, replace_gpu(pre, nvl, 72), replace_gpu(dec, nvl, 72), wl)
+    assert x["link"] == "NVLink" and x["time_s"] == pytest.approx(71_958_528 / 900e9)
+    # Llama-3.1-70B's GQA cache, 4,096 tokens x 80 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 1,342,177,280 B:
+    # a TP4 rank holds 2 of the 8 heads, a TP1 x PP4 stage GPU 20 of the 80 layers: a quarter each
+    llama = load_model("llama-3.1-70b")
+    x = kv_transfer(llama, Deployment(gpu=H200, num_gpus=4, tp=1, pp=4), Deployment(gpu=H200, num_gpus=4, tp=4),
+                    Workload(4096, 512))
+    assert x["bytes"] == 80 * 2 * 8 * 128 * 2 * 4096 == 1_342_177_280 and x["bytes_per_gpu"] == 1_342_177_280 // 4
+    assert x["link"] == "NVLink" and x["time_s"] == pytest.approx(1_342_177_280 / 4 / 450e9)
+
+
+def replace_gpu(dep, gpu, gpn):
+    return dataclasses.replace(dep, gpu=gpu, gpus_per_node=gpn)
+
+
+def test_a_disaggregated_pair_adds_its_pools_up():
+    from mla_core.serving.disagg import disaggregate
+
+    wl = Workload(1024, 1024)
+    r = disaggregate(R1, H200, prefill_gpus=8, decode_gpus=8, workload=wl, tpot_ms=50)
+    assert r.ttft_s == pytest.approx(r.prefill.ttft_s + r.kv_transfer_s)
+    assert r.tpot_s == r.decode.point.estimate.tpot_s <= 0.050 and r.meets_slo
+    assert r.request_rate == min(r.prefill.requests_per_s, r.decode.requests_per_s) and r.limit != "transfer"
+    assert r.output_tokens_per_s_per_gpu == pytest.approx(r.request_rate * 1024 / 16)
+    # the decode pool makes output_len - 1 tokens a request at its decode tokens/s
+    d = r.decode.point
+    assert r.decode.requests_per_s == pytest.approx(d.estimate.tokens_per_s_per_gpu * 8 / 1023)
+    # no estimate is faster than its bound
+    b = r.bound
+    assert r.ttft_s >= b["ttft_s"] and r.tpot_s >= b["tpot_s"] and r.request_rate <= b["request_rate"]
+    assert r.prefill.requests_per_s <= r.prefill.requests_per_s_bound
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_the_prefill_pool_never_beats_its_bound():
+    # the prefill pool's rate: a full chunk of prompts on every attention rank, one step every interval
+    from mla_core.serving.disagg import _prefill_candidate
+    from mla_core.serving.search import estimator, splits
+    from mla_core.serving.inputs import check_deployment
+
+    est, tried = estimator(H200, "vllm"), 0
+    for mid in ("deepseek-v3", "llama-3.1-8b", "gemma-3-1b", "qwen2-57b-a14b", "jamba-1.5-mini", "gpt-oss-120b"):
+        m = load_model(mid)
+        for wl in (Workload(1024, 128), Workload(16384, 128), Workload(300, 10, prefix_hit=0.5)):
+            for t, dp, e, pp in splits(m, 8, 8):
+                try:
+                    dep = check_deployment(m, Deployment(gpu=H200, num_gpus=8, tp=t, dp_attention=dp, ep=e, pp=pp))
+                except MLAError:
+                    continue
+                c = _prefill_candidate(m, dep, wl, est)
+                if c is not None:
+                    tried += 1
+                    assert c["rate"] <= c["rate_bound"] * (1 + 1e-9) and c["ttft_s"] >= c["ttft_bound_s"], (mid, dep.split)
+    assert tried > 100
+
+
+def test_disaggregation_on_the_command_line():
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--prefill-gpus", "8", "--decode-gpus", "8",
+                 "--input-len", "1024", "--output-len", "1024", "--engine", "sglang")
+    g = d["disagg"]
+    assert d["num_gpus"] == 16 and g["prefill_gpus"] == 8 and g["decode_gpus"] == 8
+    for key in ("prefill_split", "decode_split", "kv_transfer_s", "kv_transfer_bytes", "ttft_s", "tpot_s",
+                "request_rate", "output_tokens_per_s_per_gpu", "commands", "bound", "aggregated"):
+        assert key in g
+    c = g["commands"]
+    vp, vd = shlex.split(c["prefill"]["vllm_command"]), shlex.split(c["decode"]["vllm_command"])
+    assert json.loads(vp[vp.index("--kv-transfer-config") + 1]) == {"kv_connector": "NixlConnector",
+                                                                     "kv_role": "kv_producer"}
+    assert json.loads(vd[vd.index("--kv-transfer-config") + 1])["kv_role"] == "kv_consumer"
+    sp, sd = shlex.split(c["prefill"]["sglang_command"]), shlex.split(c["decode"]["sglang_command"])
+    assert sp[sp.index("--disaggregation-mode") + 1] == "prefill" and sd[sd.index("--disaggregation-mode") + 1] == "decode"
+    assert sp[sp.index("--disaggregation-transfer-backend") + 1] == "mooncake"
+    router = shlex.split(c["sglang_router_command"])
+    assert router[:4] == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    assert router[router.index("--prefill") + 1].endswith(":30000") and sp[sp.index("--port") + 1] == "30000"
+    # the pools' splits can be given
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--prefill-gpus", "8", "--decode-gpus", "8",
+                 "--prefill-tp", "8", "--decode-tp", "8", "--decode-dp-attention", "--decode-ep", "8",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["disagg"]["prefill_split"] == "TP8" and d["disagg"]["decode_split"] == "DP-attention 8 + EP8"
+    t = run("plan", "--model", "deepseek-r1", "--gpu", "h200", "--prefill-gpus", "8", "--decode-gpus", "8",
+            "--input-len", "1024", "--output-len", "1024")
+    assert t.returncode == 0 and "disaggregated (estimate): 8 prefill GPUs" in t.stdout and "SGLang router:" in t.stdout
+
+
+def test_the_pool_sizes_are_searched_for_the_workload():
+    d = run_json("plan", "--model", "llama-3.1-70b", "--gpu", "h200", "--num-gpus", "8", "--disagg",
+                 "--input-len", "4096", "--output-len", "512", "--ttft-ms", "1000", "--tpot-ms", "40")["disagg"]
+    tried = d["searched"]
+    # 70B in bf16 needs 2 H200s a pool: 2 + 6, 4 + 4, 6 + 2
+    assert [(t["prefill_gpus"], t["decode_gpus"]) for t in tried] == [(2, 6), (4, 4), (6, 2)]
+    ok = [t for t in tried if t["meets_slo"]]
+    assert d["meets_slo"] and d["output_tokens_per_s_per_gpu"] == max(t["output_tokens_per_s_per_gpu"] for t in ok)
+    assert d["prefill_gpus"] + d["decode_gpus"] == 8
+
+
+@pytest.mark.parametrize("extra", [
+    ["--prefill-gpus", "8"],
+    ["--prefill-gpus", "8", "--decode-gpus", "8", "--num-gpus", "8"],
+    ["--num-gpus", "8", "--prefill-tp", "8"],
+    ["--disagg"],
+    ["--disagg", "--num-gpus", "8", "--prefill-gpus", "4", "--decode-gpus", "4"],
+    ["--prefill-gpus", "2", "--decode-gpus", "8"],  # DeepSeek-R1 does not fit two H200s
+])
+def test_disaggregation_bad_input_exits_2_with_one_line(extra):
+    p = run("plan", "--model", "deepseek-r1", "--gpu", "h200", "--input-len", "1024", "--output-len", "1024", *extra)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stderr)

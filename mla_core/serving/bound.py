@@ -238,7 +238,8 @@ def prefill_attention_flops(model: ModelSpec, input_len: int, new_tokens: int) -
 
 def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     """Flops and bytes of one request's prefill (docs/model.md): P = ceil(input_len (1 - prefix_hit))
-    new tokens; flops 2 active_params P + pairs x the expanded (MHA-form) attention flops a pair;
+    new tokens; flops 2 (active_params - LM head) P + 2 LM head (the logits of the sampled token
+    only) + pairs x the expanded (MHA-form) attention flops a pair;
     bytes: every streamed weight once (experts touched by P tokens) + the cache of `input_len`
     tokens (the prefix read, the new part written). Per GPU of the group: TP divides all by tp;
     DP-attention runs attention on one GPU and divides the rest by tp.
@@ -252,23 +253,27 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     pairs = prefill_attention_pairs(model, wl.input_len, p)
     attention = float(prefill_attention_flops(model, wl.input_len, p))
     active = active_params_per_token(model)
+    # The LM head computes the logits of the sampled (last) token only, as engines run prefill; the
+    # rest of the active parameters run on every new token.
+    lm = (model.vocab_size or 0) * model.hidden_size if model.holds_lm_head else 0
     dp = dep.dp_attention and tp > 1
     weights = _streamed_weight_bytes(model, wdtype, p, tp, dp)
     # Recurrent layers run their recurrence over the P new tokens and write the state once.
     state_bytes, state_flops_one = _state_step(model, 1, dep.state_dtype, 1 if dp else tp, dp, dep.ssm_state_dtype)
     state_flops = state_flops_one * p
+    linear = 2.0 * (active - lm) * p + 2.0 * lm
     if dp:
         attn = attention_side_params(model)
-        flops_gpu = attention + state_flops + 2.0 * attn * p + 2.0 * (active - attn) * p / tp
+        flops_gpu = attention + state_flops + 2.0 * attn * p + 2.0 * (active - attn - lm) * p / tp + 2.0 * lm
         kv = kv_cache_bytes(model, wl.input_len, 1, dep.kv_dtype, tp=1, dp_attention=True)
     else:
-        flops_gpu = (attention + 2.0 * active * p) / tp + state_flops
+        flops_gpu = (attention + linear) / tp + state_flops
         kv = kv_cache_bytes(model, wl.input_len, 1, dep.kv_dtype, tp=tp)
     kv += state_bytes // 2  # written once (recurrent_step counts a read and a write)
     return {
         "new_tokens": p,
         "attention_pairs": pairs,
-        "flops": attention + 2.0 * active * p + state_flops * (1 if dp else tp),
+        "flops": attention + linear + state_flops * (1 if dp else tp),
         "attention_flops": attention,
         "flops_gpu": flops_gpu,
         "weights_bytes_gpu": weights,

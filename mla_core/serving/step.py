@@ -194,10 +194,14 @@ def layer_shapes(model: ModelSpec, tp: int, dp: bool, kv_dtype: str, state_dtype
 # --- the ops of a forward pass --------------------------------------------------------------------
 
 def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs: int = 0, context: int = 0,
-                prefill_tokens: int = 0, prefix: int = 0, graph: bool = True) -> list:
+                prefill_tokens: int = 0, prefix: int = 0, graph: bool = True, prefill_seqs: int = 1,
+                prefill_ranks: int = 1) -> list:
     """The ops of one forward pass on the busiest GPU of `dep`'s group: `decode_seqs` sequences
     of the group (at `context` cached tokens, k + 1 tokens each) and a prefill chunk of
-    `prefill_tokens` new tokens after `prefix` cached ones (0 for a pure decode step).
+    `prefill_tokens` new tokens after `prefix` cached ones (0 for a pure decode step), for each of
+    `prefill_seqs` sequences prefilled together on this GPU's attention (a prefill server batching
+    requests into one chunk; each sequence its own attention); with DP-attention `prefill_ranks`
+    of the group's GPUs prefill at once (1: one request's TTFT, the others idle; tp: a full step).
     `graph` whether the step runs inside a CUDA graph (the collectives' variant)."""
     from ..kv import resolve_kv_dtype
     from ..params import expert_and_other_dtypes
@@ -211,8 +215,9 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
     k1 = wl.spec_tokens + 1
     b_gpu = -(-decode_seqs // tp) if dp else decode_seqs
     dec_gpu = b_gpu * k1  # decode tokens through this GPU's attention side
-    t_attn = dec_gpu + prefill_tokens
-    t_group = decode_seqs * k1 + prefill_tokens  # tokens through the group's MLP
+    pre_gpu = prefill_tokens * prefill_seqs  # prefill tokens through this GPU's attention side
+    t_attn = dec_gpu + pre_gpu
+    t_group = decode_seqs * k1 + pre_gpu * (prefill_ranks if dp else 1)  # tokens through the group's MLP
     t_mlp = t_group
     wdtype = _wdtype(model, dep)
     expert_dtype, other = expert_and_other_dtypes(model, wdtype)
@@ -263,9 +268,10 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                         token_bytes=kv_tok, flops_per_token=att.decode_flops))
                     gemm("W_UV (absorbed)", lab, calls, dec_gpu, n_h * d_v, d_c, "bf16")
                 if prefill_tokens:
-                    gemm("kv_b", lab, calls, prefill_tokens + prefix, n_h * (nope + d_v), d_c)
+                    gemm("kv_b", lab, calls, (prefill_tokens + prefix) * prefill_seqs, n_h * (nope + d_v), d_c)
                     ops.append(AttentionPrefill(
-                        "attention (MHA)", calls, lab, kind="mla_mha", tokens=prefill_tokens, prefix=prefix,
+                        "attention (MHA)", calls * prefill_seqs, lab, kind="mla_mha", tokens=prefill_tokens,
+                        prefix=prefix,
                         num_heads=n_h, num_kv_heads=n_h, k_dim=nope + rope, v_dim=d_v, window=window or 0,
                         pairs=pairs, flops_per_pair=att.prefill_flops))
                 o_in = n_h * d_v
@@ -284,7 +290,8 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                         token_bytes=kv_tok / n_kv, flops_per_token=att.decode_flops))
                 if prefill_tokens:
                     ops.append(AttentionPrefill(
-                        "attention", calls, lab, kind=op_kind, tokens=prefill_tokens, prefix=prefix, num_heads=n_h,
+                        "attention", calls * prefill_seqs, lab, kind=op_kind, tokens=prefill_tokens, prefix=prefix,
+                        num_heads=n_h,
                         num_kv_heads=n_kv, k_dim=d_h, v_dim=d_v, window=window or 0, pairs=pairs,
                         flops_per_pair=att.prefill_flops))
                 o_in = n_h * d_v
@@ -293,7 +300,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
             gemm("o_proj", lab, calls, t_attn, h, o_in)
         if rec is not None:
             gemm("mixer projections", lab, n, t_attn, max(1, rec.params // h), h)
-            for batch, tokens, name in ((b_gpu, k1, "state update"), (1, prefill_tokens, "scan")):
+            for batch, tokens, name in ((b_gpu, k1, "state update"), (prefill_seqs, prefill_tokens, "scan")):
                 if batch and tokens:
                     ops.append(Recurrent(name, n, lab, kind=rec.kind, batch=batch, tokens=tokens,
                                          state_elements=rec.elements, state_bytes=rec.state_bytes / max(rec.elements, 1),
@@ -335,7 +342,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
         elem("embedding", lab, 1, 2 * t_attn * h * ACT)
     if model.holds_lm_head:
         elem("final norm", lab, 1, 4 * t_attn * h * ACT)
-    sampled = dec_gpu + (1 if prefill_tokens else 0)
+    sampled = dec_gpu + (prefill_seqs if prefill_tokens else 0)
     vocab = model.vocab_size or 0
     if vocab and sampled and model.holds_lm_head:
         v_gpu = vocab if dp else -(-vocab // tp)
@@ -475,7 +482,7 @@ def step_time(times: list[OpTime], rules: EngineRules, *, captured: bool, overla
 
 def estimate_step(model: ModelSpec, dep: Deployment, wl: Workload, tables, rules: EngineRules, *,
                   decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0, prefix: int = 0,
-                  bound_s: float = 0.0) -> StepEstimate:
+                  bound_s: float = 0.0, prefill_seqs: int = 1, prefill_ranks: int = 1) -> StepEstimate:
     """One step on `dep`'s group (its busiest GPU): the ops (`forward_ops`), their times from
     `tables` (tables.KernelTables), summed by `step_time`. A decode step of at most the engine's
     graph batch per GPU is captured; a step with prefill tokens never is."""
@@ -484,9 +491,9 @@ def estimate_step(model: ModelSpec, dep: Deployment, wl: Workload, tables, rules
     b_gpu = -(-decode_seqs // tp) if dp else decode_seqs
     captured = prefill_tokens == 0 and 0 < b_gpu <= rules.graph_max_batch(dep.gpu.memory_GB, tp)
     ops = forward_ops(model, dep, wl, decode_seqs=decode_seqs, context=context, prefill_tokens=prefill_tokens,
-                      prefix=prefix, graph=captured)
+                      prefix=prefix, graph=captured, prefill_seqs=prefill_seqs, prefill_ranks=prefill_ranks)
     times = [op.time(tables) for op in ops]
-    tokens = decode_seqs * (wl.spec_tokens + 1) + prefill_tokens
+    tokens = decode_seqs * (wl.spec_tokens + 1) + prefill_tokens * prefill_seqs
     gpu, overhead, saved = step_time(times, rules, captured=captured, overlap_tokens=tokens)
     phase = "mixed" if (decode_seqs and prefill_tokens) else ("prefill" if prefill_tokens else "decode")
     return StepEstimate(phase, gpu + overhead, gpu, overhead, saved, captured, bound_s, tokens, tuple(times))
@@ -508,7 +515,7 @@ def pp_send_ops(model: ModelSpec, dep: Deployment, tokens: int, graph: bool = Tr
 
 def estimate_pipeline(model: ModelSpec, dep: Deployment, wl: Workload, tables, rules: EngineRules, *,
                       decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0, prefix: int = 0,
-                      bound_s: float = 0.0) -> StepEstimate:
+                      bound_s: float = 0.0, prefill_seqs: int = 1, prefill_ranks: int = 1) -> StepEstimate:
     """`estimate_step` over `dep.pp` pipeline stages (docs/model.md, "Deployments"): the replica's
     `decode_seqs` sequences in bound.micro_batches micro-batches, each stage's step of one
     micro-batch estimated on its own layers (bound.stages), the PP sends between them
@@ -516,16 +523,19 @@ def estimate_pipeline(model: ModelSpec, dep: Deployment, wl: Workload, tables, r
     StepEstimate). At pp 1 it is `estimate_step`."""
     if dep.pp == 1:
         return estimate_step(model, dep, wl, tables, rules, decode_seqs=decode_seqs, context=context,
-                             prefill_tokens=prefill_tokens, prefix=prefix, bound_s=bound_s)
+                             prefill_tokens=prefill_tokens, prefix=prefix, bound_s=bound_s, prefill_seqs=prefill_seqs,
+                             prefill_ranks=prefill_ranks)
     from .bound import micro_batches, pipeline_time, stages
 
     m, micro = micro_batches(dep.pp, decode_seqs) if decode_seqs else (1, 0)
     distinct = stages(model, dep)
     steps = [(estimate_step(st, dep, wl, tables, rules, decode_seqs=micro, context=context,
-                            prefill_tokens=prefill_tokens, prefix=prefix), n) for st, n in distinct]
+                            prefill_tokens=prefill_tokens, prefix=prefix, prefill_seqs=prefill_seqs,
+                            prefill_ranks=prefill_ranks), n) for st, n in distinct]
     k1 = wl.spec_tokens + 1
     captured = all(st.captured for st, _ in steps)
-    sends = [op.time(tables) for op in pp_send_ops(model, dep, micro * k1 + prefill_tokens, graph=captured)]
+    sends = [op.time(tables) for op in pp_send_ops(model, dep, micro * k1 + prefill_tokens * prefill_seqs,
+                                                    graph=captured)]
     send_s = math.fsum(o.time_s for o in sends)
     gpu = pipeline_time([(st.gpu_s, n) for st, n in steps], send_s, m)
     # every stage's ops once per stage that runs them (OpTime.calls x the stages), then the sends
@@ -534,7 +544,7 @@ def estimate_pipeline(model: ModelSpec, dep: Deployment, wl: Workload, tables, r
     stage_gpu = tuple(st.gpu_s for st, n in steps for _ in range(n))
     return StepEstimate(steps[0][0].phase, gpu + overhead, gpu, overhead,
                         math.fsum(st.overlap_saved_s * n for st, n in steps), captured, bound_s,
-                        decode_seqs * k1 + prefill_tokens, ops, stages=dep.pp, stage_gpu_s=stage_gpu,
+                        decode_seqs * k1 + prefill_tokens * prefill_seqs, ops, stages=dep.pp, stage_gpu_s=stage_gpu,
                         interval_s=max(stage_gpu) + overhead,
                         stage_labels=tuple(f"{distinct[i][0].name.rsplit(' (', 1)[-1].rstrip(')')}"
                                            + (f" and {n - 1} like it" if n > 1 else "")
