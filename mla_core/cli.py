@@ -324,6 +324,7 @@ def _plan_disagg(args, model, gpu, wl, plan, link, pools) -> dict:
     else:
         r = disaggregate(model, gpu, prefill_gpus=pools[0], decode_gpus=pools[1], **kw)
     out = r.to_dict()
+    out["aggregated"] = None
     agg = plan.best
     if agg is not None and agg.fits:
         e = agg.estimate

@@ -136,7 +136,8 @@ def kv_transfer(model: ModelSpec, prefill: Deployment, decode: Deployment, wl: W
     """One request's KV transfer from the prefill pool to the decode pool (module docstring):
     `bytes` the cache as the model holds it once (kv_cache_bytes at tp 1 + state), `bytes_per_gpu`
     the larger per-GPU figure of the two pools, `time_s` that over `link_Bps` (`link`), and
-    `requests_per_s` what min(P, D) links carry of the larger pool-side total a request."""
+    `requests_per_s` what min(P, D) links carry of the larger pool-side total a request (None
+    when a request holds no cache)."""
     from ..kv import kv_cache_bytes, state_bytes_per_sequence
 
     whole = (kv_cache_bytes(model, wl.input_len, 1, decode.kv_dtype)
@@ -152,7 +153,7 @@ def kv_transfer(model: ModelSpec, prefill: Deployment, decode: Deployment, wl: W
     per_gpu = max(p_gpu, d_gpu)
     wire = max(p_gpu * p_n, d_gpu * d_n)
     return {"bytes": int(whole), "bytes_per_gpu": int(per_gpu), "time_s": per_gpu / bw, "link": link,
-            "link_Bps": bw, "requests_per_s": min(prefill.num_gpus, decode.num_gpus) * bw / wire if wire else math.inf}
+            "link_Bps": bw, "requests_per_s": min(prefill.num_gpus, decode.num_gpus) * bw / wire if wire else None}
 
 
 # --- the pools ------------------------------------------------------------------------------------
@@ -260,9 +261,15 @@ def disaggregate(model: ModelSpec, gpu: GPU, *, prefill_gpus: int, decode_gpus: 
     est = estimator(gpu, engine, kernel_tables, profile) if engine is not None else None
     fixed = _split_of(decode_split)
     dkw = dict(tp=fixed[0], dp_attention=fixed[1], ep=fixed[2], pp=fixed[3]) if fixed else {}
-    plan = search(model, gpu, num_gpus=decode_gpus, workload=workload, gpus_per_node=gpus_per_node, tpot_ms=tpot_ms,
-                  engine=engine, kernel_tables=kernel_tables, profile=profile, model_path=model_path,
-                  **dkw, **deployment)
+    def decode_search(tpot):
+        return search(model, gpu, num_gpus=decode_gpus, workload=workload, gpus_per_node=gpus_per_node, tpot_ms=tpot,
+                      engine=engine, kernel_tables=kernel_tables, profile=profile, model_path=model_path,
+                      **dkw, **deployment)
+
+    plan = decode_search(tpot_ms)
+    missed = plan.best is None and tpot_ms is not None
+    if missed:  # no point meets the TPOT SLO: the pool's best without it, the pair then misses the SLOs
+        plan = decode_search(None)
     d = plan.best
     if d is None or not d.fits:
         raise MLAError(f"the decode pool of {decode_gpus} GPUs: " + ("; ".join(n for n in plan.notes if "split" in n)
@@ -287,7 +294,9 @@ def disaggregate(model: ModelSpec, gpu: GPU, *, prefill_gpus: int, decode_gpus: 
     e = d.estimate
     dec_rate = (e.tokens_per_s_per_gpu if e else d.tokens_per_s_per_gpu) * decode_gpus / out_dec
     dec_rate_b = d.tokens_per_s_per_gpu * decode_gpus / out_dec
-    rates = {"prefill": pre["rate"], "decode": dec_rate, "transfer": xfer["requests_per_s"]}
+    rates = {"prefill": pre["rate"], "decode": dec_rate}
+    if xfer["requests_per_s"] is not None:
+        rates["transfer"] = xfer["requests_per_s"]
     limit = min(rates, key=rates.get)
     rate = rates[limit]
     ttft = pre["ttft_s"] + xfer["time_s"]
@@ -296,14 +305,15 @@ def disaggregate(model: ModelSpec, gpu: GPU, *, prefill_gpus: int, decode_gpus: 
     meets = None
     if ttft_max is not None or tpot_max is not None:
         meets = (ttft_max is None or ttft <= ttft_max) and (tpot_max is None or tpot <= tpot_max)
-    rate_b = min(pre["rate_bound"], dec_rate_b, xfer["requests_per_s"])
+    rate_b = min(pre["rate_bound"], dec_rate_b, xfer["requests_per_s"] or math.inf)
     bound = {"ttft_s": pre["ttft_bound_s"] + xfer["time_s"], "tpot_s": d.tpot_s, "request_rate": rate_b,
              "output_tokens_per_s_per_gpu": rate_b * workload.output_len / n,
              "prefill_requests_per_s": pre["rate_bound"], "decode_requests_per_s": dec_rate_b}
     from .commands import disagg_commands
 
     commands = disagg_commands(model, pdep, ppoint, decode_dep, d, workload, model_path=model_path)
-    notes = [f"TTFT: one request's prefill on the prefill pool (no queueing) + its KV transfer over {xfer['link']}",
+    notes = ([f"no point of the decode pool meets TPOT <= {tpot_ms:g} ms: its best without the SLO"] if missed else [])
+    notes += [f"TTFT: one request's prefill on the prefill pool (no queueing) + its KV transfer over {xfer['link']}",
              f"the decode pool makes output_len - 1 = {out_dec:,} tokens a request; the prefill pool returns the first"]
     notes += list(commands["prefill"]["notes"]) + [f"decode pool: {x}" for x in commands["decode"]["notes"]]
     notes += list(commands["notes"])
@@ -366,12 +376,13 @@ def search_disagg(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Worklo
     if not sizes:
         raise MLAError(f"{num_gpus} GPUs cannot be split into a prefill and a decode pool that each hold "
                        f"{model.name} and one request")
-    tried, best = [], None
+    tried, best, why = [], None, []
     for p in sizes:
         try:
             r = disaggregate(model, gpu, prefill_gpus=p, decode_gpus=num_gpus - p, workload=workload,
                              gpus_per_node=gpus_per_node, **kw)
-        except MLAError:
+        except MLAError as e:
+            why.append(str(e))
             continue
         tried.append({"prefill_gpus": p, "decode_gpus": num_gpus - p, "prefill_split": r.prefill.split,
                       "decode_split": r.decode.split, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s,
@@ -381,7 +392,8 @@ def search_disagg(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Worklo
         if best is None or key > (best.meets_slo is not False, best.output_tokens_per_s_per_gpu):
             best = r
     if best is None:
-        raise MLAError(f"no split of {num_gpus} GPUs into a prefill and a decode pool could be planned")
+        raise MLAError(f"no split of {num_gpus} GPUs into a prefill and a decode pool could be planned"
+                       + (f" ({why[0]})" if why else ""))
     sizes_text = ", ".join(f"{t['prefill_gpus']}P + {t['decode_gpus']}D" for t in tried)
     notes = best.notes + (f"pool sizes searched: {sizes_text}",) + (
         ("no pool split meets the SLOs",) if best.meets_slo is False else ())
