@@ -777,3 +777,9 @@ def test_the_pool_sizes_are_searched_for_the_workload():
 def test_disaggregation_bad_input_exits_2_with_one_line(extra):
     p = run("plan", "--model", "deepseek-r1", "--gpu", "h200", "--input-len", "1024", "--output-len", "1024", *extra)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stderr)
+
+
+def test_traffic_at_a_pipeline_split_says_it_is_not_modelled():
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--pp", "2",
+                 "--input-len", "1024", "--output-len", "1024", "--rate", "2", "--num-prompts", "20")
+    assert d["traffic"]["available"] is False and "pipeline stages" in d["traffic"]["reason"]

@@ -596,14 +596,14 @@ def aic_table(gpu_id: str, backend: str) -> AicTable | None:
 
 @functools.lru_cache(maxsize=64)
 def _engine(model_path: str, system: str, backend: str, tp: int, adp: int, moe_tp: int, moe_ep: int, kv: str,
-            fmha: str):
+            fmha: str, pp: int = 1):
     import logging
 
     from aiconfigurator_core.sdk import EngineHandle
 
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-    return EngineHandle.compile(model_path, system, backend, tp_size=tp, attention_dp_size=adp, moe_tp_size=moe_tp,
-                                moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha)
+    return EngineHandle.compile(model_path, system, backend, tp_size=tp, pp_size=pp, attention_dp_size=adp,
+                                moe_tp_size=moe_tp, moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha)
 
 
 def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None = None) -> dict:
@@ -641,7 +641,7 @@ def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None
     if kv_mode is None:
         return no(f"aiconfigurator-core has no KV-cache mode for {kv}")
     try:
-        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16")
+        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16", dep.pp)
         b = point.batch_per_replica
         step_ms = handle.decode_step_latency(b, wl.input_len, wl.output_len)
         prefill_ms = handle.predict_prefill_latency(1, wl.input_len, wl.input_len - wl.new_prefill_tokens)
@@ -652,7 +652,8 @@ def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None
     ttft = prefill_ms * 1e-3
     est = point.estimate
     out = {"available": True, "system": system, "backend": engine, "version": current_version(system, engine),
-           "model_path": path, "split": {"tp_size": tp_size, "attention_dp_size": adp, "moe_tp_size": moe_tp,
+           "model_path": path, "split": {"tp_size": tp_size, "pp_size": dep.pp, "attention_dp_size": adp,
+                                         "moe_tp_size": moe_tp,
                                          "moe_ep_size": moe_ep, "kvcache_quant_mode": kv_mode, "fmha_quant_mode": "bfloat16"},
            "decode_step_s": step_ms * 1e-3, "tpot_s": tpot, "ttft_s": ttft,
            "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else None}
