@@ -55,7 +55,7 @@ def run(max_gpus: int = 64, repeat: int = 5) -> list[dict]:
     tried = [(n, p) for n, plan in zip(sizes, plans) for p in plan.points]
 
     def scalar():
-        return [evaluate(model, Deployment(gpu=gpu, num_gpus=n, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep),
+        return [evaluate(model, Deployment(gpu=gpu, num_gpus=n, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep, pp=p.pp),
                          WL, p.batch, **SLO) for n, p in tried]
 
     same = cold(scalar)()

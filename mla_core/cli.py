@@ -238,10 +238,13 @@ def cmd_plan(args) -> dict:
 
     model = _model(args)
     gpu = _gpu(args, required=True)
-    num_gpus = args.num_gpus if args.num_gpus is not None else (args.tp or 1)
-    split_given = args.tp is not None or args.dp_attention or args.ep is not None
+    pools = _disagg_pools(args)
+    if pools is not None and pools[0] is not None:
+        args.num_gpus = pools[0] + pools[1]
+    num_gpus = args.num_gpus if args.num_gpus is not None else (args.tp or 1) * (args.pp or 1)
+    split_given = args.tp is not None or args.dp_attention or args.ep is not None or args.pp is not None
     if args.batch is not None and not split_given:
-        raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep)")
+        raise MLAError("--batch evaluates one point: give its split too (--tp, and --dp-attention / --ep / --pp)")
     wl = Workload(input_len=args.input_len, output_len=args.output_len, prefix_hit=args.prefix_hit,
                   spec_tokens=args.spec_tokens, acceptance=args.acceptance)
     link = None
@@ -262,13 +265,72 @@ def cmd_plan(args) -> dict:
                   gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
                   link_bandwidth_Bps=link, block_size=args.block_size,
                   tp=args.tp if split_given else None, dp_attention=args.dp_attention if split_given else None,
-                  ep=args.ep if split_given else None, batch=args.batch, state_dtype=args.state_dtype,
+                  ep=args.ep if split_given else None, pp=args.pp if split_given else None, batch=args.batch,
+                  state_dtype=args.state_dtype,
                   ssm_state_dtype=args.ssm_state_dtype,
                   engine=None if args.bound_only else args.engine, kernel_tables=args.kernel_tables,
                   profile=args.profile, cross_check=args.cross_check and not args.bound_only)
     out = plan.to_dict()
     if any(getattr(args, name) is not None for name in TRAFFIC_FLAGS):
         out["traffic"] = _plan_traffic(args, model, gpu, plan, link)
+    if pools is not None:
+        out["disagg"] = _plan_disagg(args, model, gpu, wl, plan, link, pools)
+    return out
+
+
+def _disagg_pools(args) -> tuple | None:
+    """(prefill GPUs, decode GPUs) given, (None, None) for `--disagg` (sizes searched), None
+    without disaggregation. Raises MLAError on a half-given or inconsistent pair."""
+    p, d = args.prefill_gpus, args.decode_gpus
+    split_flags = [f for f in ("prefill_tp", "prefill_pp", "prefill_ep", "decode_tp", "decode_pp", "decode_ep")
+                   if getattr(args, f) is not None] + [f for f in ("prefill_dp_attention", "decode_dp_attention")
+                                                       if getattr(args, f)]
+    if p is None and d is None:
+        if args.disagg:
+            if args.num_gpus is None or args.num_gpus < 2:
+                raise MLAError("--disagg searches the pool sizes of --num-gpus: give at least 2 GPUs")
+            return None, None
+        if split_flags:
+            raise MLAError(f"--{split_flags[0].replace('_', '-')} sets a pool of a disaggregated pair: give "
+                           "--prefill-gpus and --decode-gpus, or --disagg")
+        return None
+    if p is None or d is None:
+        raise MLAError("give both --prefill-gpus and --decode-gpus (or --disagg with --num-gpus to search them)")
+    if args.disagg:
+        raise MLAError("--disagg searches the pool sizes: give it or --prefill-gpus / --decode-gpus, not both")
+    if args.num_gpus is not None and args.num_gpus != p + d:
+        raise MLAError(f"--num-gpus ({args.num_gpus}) must be --prefill-gpus + --decode-gpus ({p + d}) or left out")
+    return p, d
+
+
+def _plan_disagg(args, model, gpu, wl, plan, link, pools) -> dict:
+    """serving.disagg at the pools given (or searched), beside the aggregated plan on as many GPUs."""
+    from .serving.disagg import disaggregate, search_disagg
+
+    def split(role):
+        fields = {k: getattr(args, f"{role}_{k}") for k in ("tp", "pp", "ep")}
+        fields["dp_attention"] = getattr(args, f"{role}_dp_attention")
+        return fields if any(v for v in fields.values()) else None
+
+    kw = dict(workload=wl, gpus_per_node=plan.gpus_per_node, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms,
+              prefill_split=split("prefill"), decode_split=split("decode"),
+              engine=None if args.bound_only else args.engine, kernel_tables=args.kernel_tables,
+              profile=args.profile, weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype,
+              gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
+              link_bandwidth_Bps=link, block_size=args.block_size, state_dtype=args.state_dtype,
+              ssm_state_dtype=args.ssm_state_dtype)
+    if pools[0] is None:
+        r = search_disagg(model, gpu, num_gpus=plan.num_gpus, **kw)
+    else:
+        r = disaggregate(model, gpu, prefill_gpus=pools[0], decode_gpus=pools[1], **kw)
+    out = r.to_dict()
+    out["aggregated"] = None
+    agg = plan.best
+    if agg is not None and agg.fits:
+        e = agg.estimate
+        out["aggregated"] = {"split": agg.split, "num_gpus": plan.num_gpus,
+                             "ttft_s": e.ttft_s if e else agg.ttft_s, "tpot_s": e.tpot_s if e else agg.tpot_s,
+                             "output_tokens_per_s_per_gpu": e.output_tokens_per_s_per_gpu if e else None}
     return out
 
 
@@ -286,7 +348,10 @@ def _plan_traffic(args, model, gpu, plan, link) -> dict | None:
     from .traffic import TrafficConfig, plan_traffic, vllm_batch_defaults
 
     best = plan.best
-    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=args.gpus_per_node, tp=best.tp,
+    if best.pp > 1:
+        return {"available": False, "reason": "the traffic simulation runs one stage a replica: it does not model "
+                                              f"pipeline stages yet (best split {best.split})"}
+    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=plan.gpus_per_node, tp=best.tp,
                      dp_attention=best.dp_attention, ep=best.ep, weights_dtype=args.weights_dtype,
                      kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
                      internode_gbps=args.internode_gbps, link_bandwidth_Bps=link, block_size=args.block_size,
@@ -395,10 +460,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--peak-tflops", type=_real_arg("--peak-tflops"),
                        help="dense tensor peak in TFLOP/s (overrides the preset)")
         p.add_argument("--num-gpus", type=_int_arg("--num-gpus"), help="GPUs in the deployment (default: tp, or 1)")
-        p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"), default=8, help="default 8")
-        p.add_argument("--tp", type=_int_arg("--tp"), help="GPUs a replica (group); with --batch: evaluate this split")
+        p.add_argument("--gpus-per-node", type=_int_arg("--gpus-per-node"),
+                       help="GPUs one NVLink domain joins (default: the GPU preset's, 72 on GB200 / GB300 NVL72, "
+                            "else 8)")
+        p.add_argument("--tp", type=_int_arg("--tp"),
+                       help="GPUs a tensor-parallel group (a stage); with --batch: evaluate this split")
+        p.add_argument("--pp", type=_int_arg("--pp"),
+                       help="pipeline stages a replica (layers split over them; tp x pp GPUs a replica)")
         p.add_argument("--dp-attention", action="store_true", help="attention data parallelism within the group")
-        p.add_argument("--ep", type=_int_arg("--ep"), help="expert parallelism: 1 or the group size tp")
+        p.add_argument("--ep", type=_int_arg("--ep"),
+                       help="expert parallelism: any divisor of tp; the rest of the group slices each expert "
+                            "(MoE TP = tp / ep)")
         p.add_argument("--batch", type=_int_arg("--batch"), help="sequences of the whole deployment (one point)")
         p.add_argument("--input-len", type=_int_arg("--input-len"), required=True, help="input tokens a request")
         p.add_argument("--output-len", type=_int_arg("--output-len"), required=True, help="output tokens a request")
@@ -424,6 +496,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="default: fp8 for fp8 checkpoints, else torch_dtype")
         p.add_argument("--gpu-memory-utilization", type=_real_arg("--gpu-memory-utilization"), default=0.9,
                        help="share of GPU memory the engine may use (vLLM's meaning; default 0.9)")
+        g = p.add_argument_group("prefill/decode disaggregation (a prefill pool and a decode pool; the KV cache "
+                                 "moves once a request; each pool's split searched unless given)")
+        g.add_argument("--prefill-gpus", type=_int_arg("--prefill-gpus"), help="GPUs of the prefill pool")
+        g.add_argument("--decode-gpus", type=_int_arg("--decode-gpus"), help="GPUs of the decode pool")
+        g.add_argument("--disagg", action="store_true",
+                       help="search the prefill / decode pool sizes of --num-gpus for the workload")
+        for role in ("prefill", "decode"):
+            g.add_argument(f"--{role}-tp", type=_int_arg(f"--{role}-tp"), help=f"the {role} pool's tp")
+            g.add_argument(f"--{role}-pp", type=_int_arg(f"--{role}-pp"), help=f"the {role} pool's pipeline stages")
+            g.add_argument(f"--{role}-ep", type=_int_arg(f"--{role}-ep"), help=f"the {role} pool's expert parallelism")
+            g.add_argument(f"--{role}-dp-attention", action="store_true",
+                           help=f"attention data parallelism in the {role} pool")
         t = p.add_argument_group("traffic (any of these simulates requests over time at the best point; "
                                  "`vllm bench serve` and `vllm serve` meanings)")
         t.add_argument("--rate", type=_rate_arg, help="requests a second, or inf (default inf: all at once)")
@@ -707,7 +791,46 @@ def render_plan(r: dict) -> str:
     lines += [f"note: {n}" for n in r["notes"]]
     if r.get("traffic"):
         lines += [""] + render_traffic(r["traffic"])
+    if r.get("disagg"):
+        lines += [""] + render_disagg(r["disagg"], first)
     return "\n".join(lines)
+
+
+def render_disagg(d: dict, first: str = "vllm") -> list[str]:
+    """The disaggregated pair: pools, TTFT with its KV transfer, TPOT, rate and what limits it,
+    the aggregated plan beside it, both pools' commands (the chosen engine's first) and the router."""
+    from .units import format_bytes, format_seconds
+
+    b = d["bound"]
+    lines = [f"disaggregated ({d['source'].split(' (')[0]}): {d['prefill_gpus']} prefill GPUs ({d['prefill_split']}) + "
+             f"{d['decode_gpus']} decode GPUs ({d['decode_split']})",
+             f"  TTFT {format_seconds(d['ttft_s'])} (prefill {format_seconds(d['ttft_s'] - d['kv_transfer_s'])} + "
+             f"KV transfer {format_seconds(d['kv_transfer_s'])}: {format_bytes(d['kv_transfer_bytes'])} a request, "
+             f"{format_bytes(d['kv_transfer_bytes_per_gpu'])} on the busiest GPU over {d['link']}); bound "
+             f"{format_seconds(b['ttft_s'])}",
+             f"  TPOT {format_seconds(d['tpot_s'])} (bound {format_seconds(b['tpot_s'])})",
+             f"  {d['request_rate']:,.2f} requests/s (limit: {d['limit']}), {d['output_tokens_per_s_per_gpu']:,.1f} "
+             f"output tokens/s per GPU (bound {b['output_tokens_per_s_per_gpu']:,.1f})"]
+    agg = d.get("aggregated")
+    if agg:
+        rate = agg["output_tokens_per_s_per_gpu"]
+        lines.append(f"  aggregated on {agg['num_gpus']} GPUs ({agg['split']}): TTFT {format_seconds(agg['ttft_s'])}, "
+                     f"TPOT {format_seconds(agg['tpot_s'])}"
+                     + (f", {rate:,.1f} output tokens/s per GPU" if rate is not None else ""))
+    for t in d.get("searched", ()):
+        lines.append(f"  tried {t['prefill_gpus']}P + {t['decode_gpus']}D: {t['output_tokens_per_s_per_gpu']:,.1f} "
+                     f"output tokens/s per GPU, TTFT {format_seconds(t['ttft_s'])}, TPOT {format_seconds(t['tpot_s'])}"
+                     + ("" if t["meets_slo"] is not False else " (misses the SLOs)"))
+    c = d["commands"]
+    engines = [("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")]
+    engines.sort(key=lambda e: e[0] != first)
+    for key, label in engines:
+        for role in ("prefill", "decode"):
+            lines.append(f"  {label} {role}: {c[role][f'{key}_command'] or 'n/a'}")
+    lines.append(f"  SGLang router: {c['sglang_router_command']}")
+    lines.append(f"  TensorRT-LLM disaggregated server: {c['trtllm_disagg_command']}")
+    lines += [f"  note: {n}" for n in d["notes"]]
+    return lines
 
 
 def render_traffic(t: dict) -> list[str]:

@@ -71,14 +71,16 @@ def _param_breakdown(model: ModelSpec) -> dict[str, int]:
                     for layer, n in decoder)
     indexer = sum(n * sum(c.indexer_params(model) for c in layer.caches) for layer, n in decoder)
     recurrent = sum(n * sum(c.mixer_params(model) for c in layer.caches) for layer, n in decoder)
+    # A pipeline stage (spec.pipeline_stages) holds the embedding on the first stage, the final norm
+    # and the LM head on the last; the whole model holds both.
     out = {
-        "embed_tokens": embed,
-        "lm_head": 0 if model.tie_word_embeddings else embed,
+        "embed_tokens": embed if model.holds_embedding else 0,
+        "lm_head": 0 if model.tie_word_embeddings or not model.holds_lm_head else embed,
         "position_embeddings": model.learned_pos_embeddings * h,
         "attention": attention,
         "indexer": indexer,
         "recurrent": recurrent,
-        "norms": layers * model.norms_per_layer * norm + norm,
+        "norms": layers * model.norms_per_layer * norm + (norm if model.holds_lm_head else 0),
         "mlp_dense": 0,
         "moe_router": 0,
         "moe_shared": 0,

@@ -18,7 +18,7 @@ turned into the MHA / GQA / MQA / MLA counterfactuals of the same width by `as_v
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from .errors import MLAError
 from .layers import (RECURRENT_KINDS, CacheSpec, Indexer, LayerSpec, RecurrentState,  # noqa: F401 (re-exported)
@@ -167,6 +167,26 @@ class ModelSpec:
     mtp_layer: LayerSpec | None = None  # what one draft layer holds (None: full attention of `attention`)
     params_complete: bool = True  # False when a field only the parameter count needs is missing
     notes: tuple[str, ...] = ()  # assumptions the parser made, shown to the user
+    pp_stage: tuple[int, int] = (0, 1)  # (stage, stages): a pipeline stage's slice of the model (`pipeline_stages`)
+
+    def __hash__(self) -> int:
+        # The fields' hash, as the dataclass would compute it, kept on the instance (frozen, its
+        # fields immutable): the serving search keys its caches by model and pipeline stage.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    @property
+    def holds_embedding(self) -> bool:
+        """The first pipeline stage (or the whole model) holds the input embedding."""
+        return self.pp_stage[0] == 0
+
+    @property
+    def holds_lm_head(self) -> bool:
+        """The last pipeline stage (or the whole model) holds the final norm and the LM head."""
+        return self.pp_stage[0] == self.pp_stage[1] - 1
 
     @property
     def is_mla(self) -> bool:
@@ -261,6 +281,74 @@ def with_draft_layers(model: ModelSpec, n: int) -> ModelSpec:
     base = tuple(layer for layer in model.layers if not layer.draft)
     draft = (LayerSpec(model.draft_caches(), True),) * n
     return replace(model, layers=base + draft)
+
+
+def pp_layer_counts(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Decoder layers of each of `pp` pipeline stages, as vLLM's `get_pp_indices` splits them
+    (vllm/distributed/utils.py; SGLang's distributed/utils.py keeps the same rule): num_layers // pp
+    each, the remainder one apiece to the stages before the last, from the second-last back (the
+    first and last stages hold the embedding and the LM head). TensorRT-LLM gives the remainder to
+    the first stages instead (mapping.pp_layers: torch.tensor_split); the busiest stage holds
+    ceil(num_layers / pp) layers under both. Raises MLAError unless 1 <= pp <= num_layers."""
+    if isinstance(pp, bool) or not isinstance(pp, int) or not 1 <= pp <= num_layers:
+        raise MLAError(f"pipeline stages must be a whole number from 1 to the {num_layers} decoder layers, got {pp!r}")
+    counts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        counts[-i] += 1
+    return tuple(counts)
+
+
+def pipeline_stages(model: ModelSpec, pp: int) -> tuple[ModelSpec, ...]:
+    """The `pp` pipeline stages of `model`, each a ModelSpec of its own decoder layers
+    (`pp_layer_counts`), so that every per-layer sum of the core (cache bytes, parameters, the
+    estimate's layer groups) runs over one stage's layers. The first stage holds the input
+    embedding (and learned positions), the last the final norm, the LM head (a tied table is
+    held there too, as vLLM's last rank keeps it) and any draft (MTP) layers; `pp_stage` says
+    which stage. pp = 1 gives (model,). Raises MLAError for a bad pp."""
+    if pp == 1:
+        return (model,)
+
+    def make():
+        counts = pp_layer_counts(model.num_hidden_layers, pp)
+        decoder = [layer for layer in model.layers if not layer.draft]
+        draft = tuple(layer for layer in model.layers if layer.draft)
+        moe = model.moe
+        out, start = [], 0
+        for i, n in enumerate(counts):
+            end = start + n
+            last = i == pp - 1
+            cut = (lambda t: None if t is None else tuple(t[start:end]))
+            out.append(replace(
+                model, name=f"{model.name} (stage {i + 1} of {pp})", num_hidden_layers=n,
+                layers=tuple(decoder[start:end]) + (draft if last else ()),
+                moe=replace(moe, moe_layers=cut(moe.moe_layers)) if moe is not None else None,
+                mlp_layers=cut(model.mlp_layers), mlp_widths=cut(model.mlp_widths),
+                # the stage's own matrices: the embedding on the first, the LM head (untied) on the last
+                tie_word_embeddings=False, learned_pos_embeddings=model.learned_pos_embeddings if i == 0 else 0,
+                pp_stage=(i, pp)))
+            start = end
+        return tuple(out)
+
+    return model_memo(model, ("pipeline_stages", pp), make)
+
+
+def distinct_stages(model: ModelSpec, pp: int) -> tuple[tuple[ModelSpec, int], ...]:
+    """`pipeline_stages` with equal stages counted once: ((stage, how many stages run it), ...) in
+    stage order of first appearance. Stages are equal when they hold the same layers, the same
+    MoE / MLP pattern and the same ends (embedding, LM head), so every figure of one is every
+    other's: a sum over stages is a sum over these weighted by their counts."""
+    def make():
+        seen: dict[tuple, list] = {}
+        for st in pipeline_stages(model, pp):
+            key = (st.layers, st.moe.moe_layers if st.moe else None, st.mlp_layers, st.mlp_widths,
+                   st.holds_embedding, st.holds_lm_head, st.learned_pos_embeddings)
+            if key in seen:
+                seen[key][1] += 1
+            else:
+                seen[key] = [st, 1]
+        return tuple((st, n) for st, n in seen.values())
+
+    return model_memo(model, ("distinct_stages", pp), make)
 
 
 def full_attention(num_layers: int, att: AttentionSpec) -> tuple[LayerSpec, ...]:

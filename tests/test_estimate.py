@@ -215,6 +215,49 @@ def test_no_estimate_is_faster_than_the_bound_for_any_preset_and_split(gpu):
     assert tried > 1000
 
 
+# Splits the search leaves out but a user may give: MoE TP x EP inside a TP or a DP-attention
+# group, and pipeline stages at every depth (the search tries them where they fill a node).
+GIVEN_SPLITS = (dict(tp=8, ep=2), dict(tp=8, ep=4), dict(tp=8, ep=4, dp_attention=True),
+                dict(tp=4, ep=2, pp=2), dict(tp=2, pp=4), dict(tp=1, pp=8), dict(tp=8, pp=2))
+
+
+@pytest.mark.parametrize("gpu", ["h200", "mi300x"])
+def test_no_estimate_is_faster_than_the_bound_for_pipeline_stages_and_moe_tp_splits(gpu):
+    wl = Workload(2048, 512)
+    tried = {"pp": 0, "moe_tp": 0}
+    for mid in model_entries():
+        model = load_model(mid)
+        for split in GIVEN_SPLITS:
+            n = 16 if split.get("pp", 1) * split["tp"] > 8 else 8
+            try:
+                plan = search(model, load_gpu(gpu), num_gpus=n, workload=wl, engine="vllm", **split)
+            except MLAError:  # a split the model cannot take (heads, experts, layers): refused in one line
+                continue
+            _assert_not_below_bound(plan)
+            for p in plan.points:
+                tried["pp"] += p.pp > 1
+                tried["moe_tp"] += 1 < p.moe_tp < p.tp
+    assert tried["pp"] > 500 and tried["moe_tp"] > 200, tried
+
+
+def test_a_pipeline_step_is_its_stages_and_sends():
+    # TP4 x PP2 of DeepSeek-R1: the decode step's estimate is bound.pipeline_time of its two
+    # stages (31 and 30 layers) and one PP send, its ops every stage's plus the send.
+    from mla_core.serving.bound import micro_batches, pipeline_time
+    p = evaluate(R1, Deployment(gpu=H200, num_gpus=8, tp=4, pp=2), Workload(1024, 1024), 64)
+    d = search(R1, H200, num_gpus=8, workload=Workload(1024, 1024), tp=4, pp=2, batch=64).estimate["decode_step"]
+    assert d["stages"] == 2 and len(d["stage_gpu_s"]) == 2 and micro_batches(2, 64) == (2, 32)
+    sends = [o for o in d["ops"] if o["name"] == "PP send"]
+    assert len(sends) == 1 and sends[0]["calls"] == 1
+    # 2 tensors (hidden, residual) x 32 tokens x 7168 x 2 bytes / 4 TP ranks
+    assert sends[0]["bytes"] == 2 * 32 * 7168 * 2 / 4
+    assert d["gpu_s"] == pytest.approx(pipeline_time([(t, 1) for t in d["stage_gpu_s"]], sends[0]["time_s"], 2))
+    assert {o["layer"].split(":")[0] for o in d["ops"]} >= {"stage 1 of 2", "stage 2 of 2"}
+    assert p.estimate.decode_step_s == pytest.approx(d["time_s"]) and p.estimate.decode_step_s >= p.step_time_s
+    lm = [o for o in d["ops"] if o["name"] == "lm_head"]
+    assert len(lm) == 1 and lm[0]["layer"].startswith("stage 2 of 2")  # the LM head on the last stage only
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_no_estimate_is_faster_than_the_bound_for_each_engine(engine):
     for mid in ("deepseek-v3", "llama-3.1-70b", "qwen3-next-80b-a3b", "gpt-oss-120b", "gemma-3-27b",

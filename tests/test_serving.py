@@ -14,8 +14,8 @@ from test_cli import run, run_json
 from mla_core.errors import MLAError
 from mla_core.presets import load_gpu, load_model
 from mla_core.roofline import roofline
-from mla_core.serving import (Deployment, Workload, communication, evaluate, prefill_attention_pairs,
-                              prefill_work, published_checks, search)
+from mla_core.serving import (Deployment, Workload, communication, communication_calls, evaluate,
+                              prefill_attention_pairs, prefill_work, published_checks, search)
 from mla_core.config import synthetic_model
 from mla_core.kv import kv_report
 from mla_core.layers import LayerSpec, SharedKV, attention_cache
@@ -34,8 +34,10 @@ def test_prefill_pairs_and_flops_by_hand():
     pre = prefill_work(V3, Deployment(gpu=H200, num_gpus=8, tp=8), WL)
     assert pre["new_tokens"] == 4096
     assert pre["attention_flops"] == 511_830_016 * 81_920
-    # 2 flops a parameter a token: DeepSeek-V3 streams 36,625,603,584 parameters a token (k = 8 of 256 experts).
-    assert pre["flops"] == 2 * 36_625_603_584 * 4096 + 511_830_016 * 81_920
+    # 2 flops a parameter a token: DeepSeek-V3 streams 36,625,603,584 parameters a token (k = 8 of 256 experts),
+    # the LM head's 129,280 x 7,168 of them for the sampled token only (engines compute the last logits).
+    lm = 129_280 * 7168
+    assert pre["flops"] == 2 * (36_625_603_584 - lm) * 4096 + 2 * lm + 511_830_016 * 81_920
     assert pre["flops_gpu"] == pytest.approx(pre["flops"] / 8)
     # Half the prompt cached: 2,048 new tokens, each attending to the 2,048 cached ones too.
     half = Workload(input_len=4096, output_len=1, prefix_hit=0.5)
@@ -179,7 +181,8 @@ def test_one_point_search_is_that_point():
 
 def test_search_fast_path_equals_evaluate(plan16):
     for p in plan16.points[::7]:
-        dep = Deployment(gpu=H200, num_gpus=16, gpus_per_node=8, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep)
+        dep = Deployment(gpu=H200, num_gpus=16, gpus_per_node=8, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep,
+                         pp=p.pp)
         q = evaluate(V3, dep, WL, p.batch, usd_per_gpu_hour=3.0, ttft_ms=2000, tpot_ms=50)
         assert dataclasses.replace(q, limit=p.limit) == p
 
@@ -373,6 +376,10 @@ def test_cli_one_point_and_table():
     ["--num-gpus", "8", "--ttft-ms", "0"],
     ["--num-gpus", "8", "--batch", "8"],
     ["--num-gpus", "8", "--internode-gbps", "nan"],
+    ["--num-gpus", "8", "--tp", "8", "--ep", "3"],
+    ["--num-gpus", "8", "--pp", "3"],
+    ["--num-gpus", "8", "--tp", "4", "--pp", "2", "--dp-attention"],
+    ["--num-gpus", "8", "--pp", "0"],
 ])
 def test_plan_bad_input_exits_2_with_one_line(extra):
     p = run("plan", "--model", "deepseek-v3", "--gpu", "h200", "--input-len", "4096", "--output-len", "1024", *extra)
@@ -385,7 +392,10 @@ def test_plan_bad_input_exits_2_with_one_line(extra):
     (dict(num_gpus=0), WL),
     (dict(num_gpus=16, tp=3), WL),
     (dict(num_gpus=8, tp=8, dp_attention=True, ep=512), WL),
-    (dict(num_gpus=8, tp=8, ep=2), WL),
+    (dict(num_gpus=8, tp=8, ep=3), WL),  # ep must divide tp
+    (dict(num_gpus=8, tp=4, pp=2, dp_attention=True), WL),  # pp with DP-attention is not planned
+    (dict(num_gpus=8, tp=1, pp=16), WL),  # more stages than GPUs
+    (dict(num_gpus=128, tp=2, pp=64), WL),  # more stages than DeepSeek-V3's 61 layers
     (dict(num_gpus=8, tp=8), Workload(4096, 1024, spec_tokens=1, acceptance=1.0)),
     (dict(num_gpus=8, tp=8, gpu_memory_utilization=0), WL),
 ])
@@ -506,3 +516,270 @@ def test_the_state_dtype_reaches_the_launch_commands():
     dense = search(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), num_gpus=1, workload=Workload(4096, 1024),
                    state_dtype="fp32")
     assert "--mamba-cache-dtype" not in dense.vllm_command  # no recurrent layers, nothing to set
+
+
+# --- pipeline stages, the MoE split, the NVLink domain (issue 19) ------------------------------------
+
+R1 = load_model("deepseek-r1")
+
+
+def test_pipeline_stages_split_the_layers_as_vllm_does_and_keep_every_parameter():
+    from mla_core.params import params_total
+    from mla_core.spec import pipeline_stages, pp_layer_counts
+
+    # vllm/distributed/utils.py get_pp_indices: 61 // 2 = 30 each, the remainder to the stage before the last
+    assert pp_layer_counts(61, 2) == (31, 30) and pp_layer_counts(61, 4) == (15, 15, 16, 15)
+    assert pp_layer_counts(126, 8) == (15, 16, 16, 16, 16, 16, 16, 15)  # Llama-3.1-405B on 8 stages
+    first, last = pipeline_stages(R1, 2)
+    assert (first.num_hidden_layers, last.num_hidden_layers) == (31, 30)
+    assert sum(params_total(st) for st in (first, last)) == params_total(R1) == 671_026_404_352
+    # the embedding on the first stage, the LM head on the last: 129,280 x 7,168 each
+    from mla_core.params import param_breakdown
+
+    assert param_breakdown(first)["embed_tokens"] == param_breakdown(last)["lm_head"] == 129_280 * 7168
+    assert param_breakdown(first)["lm_head"] == param_breakdown(last)["embed_tokens"] == 0
+
+
+def test_pipeline_stages_hold_their_layers_cache_and_the_tightest_stage_sets_the_cap():
+    from mla_core.capacity import capacity
+    from mla_core.serving.bound import _group_capacity
+    from mla_core.spec import pipeline_stages
+
+    dep = Deployment(gpu=H200, num_gpus=8, tp=4, pp=2)
+    # the latent (512 + 64) x 2 B is whole on every TP rank: a stage's GPU holds its own layers'
+    caps = [capacity(st, context=1536, gpu=H200, num_gpus=4, tp=4) for st in pipeline_stages(R1, 2)]
+    assert [c["kv_bytes_per_token_per_gpu"] for c in caps] == [31 * 1152, 30 * 1152]
+    cap = _group_capacity(R1, dep, 1536)
+    assert cap["max_concurrent_requests"] == min(c["max_concurrent_requests"] for c in caps)
+    # DeepSeek-R1 on TP4 does not fit an H200 (168 GB of fp8 weights a GPU); over two stages it does
+    wl = Workload(1024, 1024)
+    assert not evaluate(R1, Deployment(gpu=H200, num_gpus=4, tp=4), wl, batch=1).max_batch
+    assert evaluate(R1, dep, wl, batch=1).max_batch == cap["max_concurrent_requests"] > 0
+
+
+def test_a_pipeline_decode_step_by_hand():
+    # TP4 x PP2, 64 sequences: 2 micro-batches of 32, each stage's step its own layers; the send is
+    # the hidden states and the residual of 32 tokens, 2 x 32 x 7,168 x 2 B split over 4 ranks, over
+    # one direction of NVLink (450 GB/s): the step is max(stage 1 + stage 2 + send, 2 x the slower).
+    from mla_core.serving import decode_work
+    from mla_core.serving.bound import _times
+    from mla_core.spec import pipeline_stages
+
+    dep = Deployment(gpu=H200, num_gpus=8, tp=4, pp=2)
+    wl = Workload(1024, 1024)
+    stage = []
+    for st in pipeline_stages(R1, 2):
+        w = decode_work(st, dep, wl, 32)
+        stage.append(_times(w["step_bytes"], w["step_flops"], w["peak_flops"], dep,
+                            communication(st, dep, 32, 32)["time_s"])[3])
+    send = 2 * 32 * 7168 * 2 / 4 / 450e9
+    p = evaluate(R1, dep, wl, batch=64, engine=None)
+    assert p.pp == 2 and p.micro_batches == 2 and p.pp_send_s == pytest.approx(send)
+    assert p.stage_step_s == pytest.approx(max(stage))
+    assert p.step_time_s == pytest.approx(max(sum(stage) + send, 2 * max(stage)))
+    # one sequence: one micro-batch passes both stages, the latency is their sum plus the send
+    one = evaluate(R1, dep, wl, batch=1, engine=None)
+    assert one.micro_batches == 1 and one.step_time_s > one.stage_step_s
+    # stages across nodes: TP8 x PP2 on two nodes of 8 sends over the network (400 Gb/s = 50 GB/s a GPU)
+    two = evaluate(R1, Deployment(gpu=H200, num_gpus=16, tp=8, pp=2), wl, batch=64, engine=None)
+    assert two.pp_send_s == pytest.approx(2 * 32 * 7168 * 2 / 8 / 50e9)
+
+
+def test_the_moe_split_inside_a_tp_group():
+    from mla_core.serving.step import forward_ops
+    from mla_core.serving.ops import MoE
+
+    wl = Workload(1024, 1024)
+    tp8 = evaluate(R1, Deployment(gpu=H200, num_gpus=8, tp=8), wl, batch=64, engine=None)
+    split = evaluate(R1, Deployment(gpu=H200, num_gpus=8, tp=8, ep=4), wl, batch=64, engine=None)
+    # the same bytes, flops and all-reduces a step (every rank holds every token; E / ep experts,
+    # 1 / moe_tp of each, are tp-th of the experts' weights in expectation) ...
+    assert split.step_time_s == pytest.approx(tp8.step_time_s) and split.moe_tp == 2 and split.ep == 4
+    assert split.split == "TP8 + MoE TP2 x EP4"
+    # ... but the MoE kernel the tables are asked for is TensorRT-LLM's moe_tp_size 2 x moe_ep_size 4
+    moe = [o for o in forward_ops(R1, Deployment(gpu=H200, num_gpus=8, tp=8, ep=4), wl, decode_seqs=64, context=1536)
+           if isinstance(o, MoE)]
+    assert {(o.experts_local, o.moe_tp, o.num_experts) for o in moe} == {(64, 2, 256)}
+    # DP-attention with 1 < ep < tp gathers the group's tokens as with ep 1 (no all-to-all)
+    dp = Deployment(gpu=H200, num_gpus=8, tp=8, dp_attention=True, ep=4)
+    assert {op for op, _, _ in communication_calls(R1, dp, 64, 8)} == {"all_gather", "reduce_scatter"}
+
+
+def test_moe_split_and_pipeline_commands():
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--tp", "8", "--ep", "4",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["split"] == "TP8 + MoE TP2 x EP4" and d["best"]["moe_tp"] == 2
+    sgl, trt = shlex.split(d["sglang_command"]), shlex.split(d["trtllm_command"])
+    assert sgl[sgl.index("--tp-size") + 1] == "8" and sgl[sgl.index("--ep-size") + 1] == "4"
+    assert trt[trt.index("--tp_size") + 1] == "8" and trt[trt.index("--ep_size") + 1] == "4"
+    assert d["vllm_command"] is None and any("vLLM has no MoE TP x EP split" in n for n in d["notes"])
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--pp", "2",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["split"] == "TP4 + PP2" and d["best"]["pp"] == 2
+    vllm, sgl, trt = (shlex.split(d[k]) for k in ("vllm_command", "sglang_command", "trtllm_command"))
+    assert vllm[vllm.index("--tensor-parallel-size") + 1] == "4" and vllm[vllm.index("--pipeline-parallel-size") + 1] == "2"
+    assert sgl[sgl.index("--pp-size") + 1] == "2" and trt[trt.index("--pp_size") + 1] == "2"
+    assert any("31, 30 decoder layers" in n for n in d["notes"])
+    # TP8 x PP2 on two nodes: vLLM over Ray, SGLang over 2 nodes
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "16", "--tp", "8", "--pp", "2",
+                 "--input-len", "1024", "--output-len", "1024")
+    sgl = shlex.split(d["sglang_command"])
+    assert sgl[sgl.index("--nnodes") + 1] == "2" and "ray" in d["vllm_command"]
+
+
+def test_the_search_tries_pipeline_stages_where_they_fill_a_node():
+    from mla_core.serving import splits
+
+    got = {(t, p) for t, dp, e, p in splits(R1, 16, 8) if p > 1}
+    # TP x PP = the node (8), and TP8 with stages across nodes
+    assert got == {(1, 8), (2, 4), (4, 2), (8, 2)}
+    assert all(p == 1 for t, dp, e, p in splits(R1, 16, 8) if dp)
+
+
+def test_an_nvl72_plans_as_one_nvlink_domain():
+    from mla_core.serving.inputs import default_gpus_per_node
+
+    assert default_gpus_per_node(load_gpu("gb200-nvl72")) == 72 and default_gpus_per_node(H200) == 8
+    assert default_gpus_per_node(load_gpu("h100-nvl")) == 8  # 2-GPU bridges in 8-GPU hosts
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "gb200-nvl72", "--num-gpus", "72",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["gpus_per_node"] == 72 and d["launch_command"] and d["sglang_command"]
+    assert {s["tp"] for s in d["splits"]} >= {12, 24, 36, 72}  # groups over the whole rack, no node boundary
+    assert not any("skipped" in n for n in d["notes"])
+    # 128 heads: TP attention up to 8; the rack-wide group is DP-attention 72 + EP72, NVLink only
+    ep72 = next(s for s in d["splits"] if s["tp"] == 72 and s["ep"] == 72)
+    assert ep72["split"] == "DP-attention 72 + EP72" and ep72["best"]["communication_bytes_per_gpu"] > 0
+    dep = Deployment(gpu=load_gpu("gb200-nvl72"), num_gpus=72, gpus_per_node=72, tp=72, dp_attention=True, ep=72)
+    c = communication(R1, dep, 72 * 8, 8)
+    assert c["network_bytes"] == 0 and c["alltoall_bytes"] > 0
+
+
+# --- prefill/decode disaggregation (issue 19) ------------------------------------------------------
+
+def test_the_kv_transfer_by_hand():
+    from mla_core.serving.disagg import kv_transfer
+
+    wl = Workload(1024, 1024)
+    # DeepSeek-R1's latent, 1,024 tokens x 61 layers x (512 + 64) x 2 B, whole on a DP-attention GPU
+    # and on every TP rank; two pools of 8 on nodes of 8 move it over the network, 400 Gb/s = 50 GB/s a GPU
+    pre, dec = Deployment(gpu=H200, num_gpus=8, tp=8), Deployment(gpu=H200, num_gpus=8, tp=8, dp_attention=True)
+    x = kv_transfer(R1, pre, dec, wl)
+    assert x["bytes"] == x["bytes_per_gpu"] == 1024 * 61 * 1152 == 71_958_528
+    assert x["link"] == "network" and x["time_s"] == pytest.approx(71_958_528 / 50e9)
+    # the TP8 prefill side sends the latent from each of its 8 ranks: min(8, 8) links carry 8 x that a request
+    assert x["requests_per_s"] == pytest.approx(8 * 50e9 / (8 * 71_958_528))
+    # both pools in one NVL72 rack: NVLink 5, 1.8 TB/s both ways, 900 GB/s each
+    nvl = load_gpu("gb200-nvl72")
+    x = kv_transfer(R1, replace_gpu(pre, nvl, 72), replace_gpu(dec, nvl, 72), wl)
+    assert x["link"] == "NVLink" and x["time_s"] == pytest.approx(71_958_528 / 900e9)
+    # Llama-3.1-70B's GQA cache, 4,096 tokens x 80 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 1,342,177,280 B:
+    # a TP4 rank holds 2 of the 8 heads, a TP1 x PP4 stage GPU 20 of the 80 layers: a quarter each
+    llama = load_model("llama-3.1-70b")
+    x = kv_transfer(llama, Deployment(gpu=H200, num_gpus=4, tp=1, pp=4), Deployment(gpu=H200, num_gpus=4, tp=4),
+                    Workload(4096, 512))
+    assert x["bytes"] == 80 * 2 * 8 * 128 * 2 * 4096 == 1_342_177_280 and x["bytes_per_gpu"] == 1_342_177_280 // 4
+    assert x["link"] == "NVLink" and x["time_s"] == pytest.approx(1_342_177_280 / 4 / 450e9)
+
+
+def replace_gpu(dep, gpu, gpn):
+    return dataclasses.replace(dep, gpu=gpu, gpus_per_node=gpn)
+
+
+def test_a_disaggregated_pair_adds_its_pools_up():
+    from mla_core.serving.disagg import disaggregate
+
+    wl = Workload(1024, 1024)
+    r = disaggregate(R1, H200, prefill_gpus=8, decode_gpus=8, workload=wl, tpot_ms=50)
+    assert r.ttft_s == pytest.approx(r.prefill.ttft_s + r.kv_transfer_s)
+    assert r.tpot_s == r.decode.point.estimate.tpot_s <= 0.050 and r.meets_slo
+    assert r.request_rate == min(r.prefill.requests_per_s, r.decode.requests_per_s) and r.limit != "transfer"
+    assert r.output_tokens_per_s_per_gpu == pytest.approx(r.request_rate * 1024 / 16)
+    # the decode pool makes output_len - 1 tokens a request at its decode tokens/s
+    d = r.decode.point
+    assert r.decode.requests_per_s == pytest.approx(d.estimate.tokens_per_s_per_gpu * 8 / 1023)
+    # no estimate is faster than its bound
+    b = r.bound
+    assert r.ttft_s >= b["ttft_s"] and r.tpot_s >= b["tpot_s"] and r.request_rate <= b["request_rate"]
+    assert r.prefill.requests_per_s <= r.prefill.requests_per_s_bound
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_the_prefill_pool_never_beats_its_bound():
+    # the prefill pool's rate: a full chunk of prompts on every attention rank, one step every interval
+    from mla_core.serving.disagg import _prefill_candidate
+    from mla_core.serving.search import estimator, splits
+    from mla_core.serving.inputs import check_deployment
+
+    est, tried = estimator(H200, "vllm"), 0
+    for mid in ("deepseek-v3", "llama-3.1-8b", "gemma-3-1b", "qwen2-57b-a14b", "jamba-1.5-mini", "gpt-oss-120b"):
+        m = load_model(mid)
+        for wl in (Workload(1024, 128), Workload(16384, 128), Workload(300, 10, prefix_hit=0.5)):
+            for t, dp, e, pp in splits(m, 8, 8):
+                try:
+                    dep = check_deployment(m, Deployment(gpu=H200, num_gpus=8, tp=t, dp_attention=dp, ep=e, pp=pp))
+                except MLAError:
+                    continue
+                c = _prefill_candidate(m, dep, wl, est)
+                if c is not None:
+                    tried += 1
+                    assert c["rate"] <= c["rate_bound"] * (1 + 1e-9) and c["ttft_s"] >= c["ttft_bound_s"], (mid, dep.split)
+    assert tried > 100
+
+
+def test_disaggregation_on_the_command_line():
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--prefill-gpus", "8", "--decode-gpus", "8",
+                 "--input-len", "1024", "--output-len", "1024", "--engine", "sglang")
+    g = d["disagg"]
+    assert d["num_gpus"] == 16 and g["prefill_gpus"] == 8 and g["decode_gpus"] == 8
+    for key in ("prefill_split", "decode_split", "kv_transfer_s", "kv_transfer_bytes", "ttft_s", "tpot_s",
+                "request_rate", "output_tokens_per_s_per_gpu", "commands", "bound", "aggregated"):
+        assert key in g
+    c = g["commands"]
+    vp, vd = shlex.split(c["prefill"]["vllm_command"]), shlex.split(c["decode"]["vllm_command"])
+    assert json.loads(vp[vp.index("--kv-transfer-config") + 1]) == {"kv_connector": "NixlConnector",
+                                                                     "kv_role": "kv_producer"}
+    assert json.loads(vd[vd.index("--kv-transfer-config") + 1])["kv_role"] == "kv_consumer"
+    sp, sd = shlex.split(c["prefill"]["sglang_command"]), shlex.split(c["decode"]["sglang_command"])
+    assert sp[sp.index("--disaggregation-mode") + 1] == "prefill" and sd[sd.index("--disaggregation-mode") + 1] == "decode"
+    assert sp[sp.index("--disaggregation-transfer-backend") + 1] == "mooncake"
+    router = shlex.split(c["sglang_router_command"])
+    assert router[:4] == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    assert router[router.index("--prefill") + 1].endswith(":30000") and sp[sp.index("--port") + 1] == "30000"
+    # the pools' splits can be given
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--prefill-gpus", "8", "--decode-gpus", "8",
+                 "--prefill-tp", "8", "--decode-tp", "8", "--decode-dp-attention", "--decode-ep", "8",
+                 "--input-len", "1024", "--output-len", "1024")
+    assert d["disagg"]["prefill_split"] == "TP8" and d["disagg"]["decode_split"] == "DP-attention 8 + EP8"
+    t = run("plan", "--model", "deepseek-r1", "--gpu", "h200", "--prefill-gpus", "8", "--decode-gpus", "8",
+            "--input-len", "1024", "--output-len", "1024")
+    assert t.returncode == 0 and "disaggregated (estimate): 8 prefill GPUs" in t.stdout and "SGLang router:" in t.stdout
+
+
+def test_the_pool_sizes_are_searched_for_the_workload():
+    d = run_json("plan", "--model", "llama-3.1-70b", "--gpu", "h200", "--num-gpus", "8", "--disagg",
+                 "--input-len", "4096", "--output-len", "512", "--ttft-ms", "1000", "--tpot-ms", "40")["disagg"]
+    tried = d["searched"]
+    # 70B in bf16 needs 2 H200s a pool: 2 + 6, 4 + 4, 6 + 2
+    assert [(t["prefill_gpus"], t["decode_gpus"]) for t in tried] == [(2, 6), (4, 4), (6, 2)]
+    ok = [t for t in tried if t["meets_slo"]]
+    assert d["meets_slo"] and d["output_tokens_per_s_per_gpu"] == max(t["output_tokens_per_s_per_gpu"] for t in ok)
+    assert d["prefill_gpus"] + d["decode_gpus"] == 8
+
+
+@pytest.mark.parametrize("extra", [
+    ["--prefill-gpus", "8"],
+    ["--prefill-gpus", "8", "--decode-gpus", "8", "--num-gpus", "8"],
+    ["--num-gpus", "8", "--prefill-tp", "8"],
+    ["--disagg"],
+    ["--disagg", "--num-gpus", "8", "--prefill-gpus", "4", "--decode-gpus", "4"],
+    ["--prefill-gpus", "2", "--decode-gpus", "8"],  # DeepSeek-R1 does not fit two H200s
+])
+def test_disaggregation_bad_input_exits_2_with_one_line(extra):
+    p = run("plan", "--model", "deepseek-r1", "--gpu", "h200", "--input-len", "1024", "--output-len", "1024", *extra)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stderr)
+
+
+def test_traffic_at_a_pipeline_split_says_it_is_not_modelled():
+    d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--pp", "2",
+                 "--input-len", "1024", "--output-len", "1024", "--rate", "2", "--num-prompts", "20")
+    assert d["traffic"]["available"] is False and "pipeline stages" in d["traffic"]["reason"]

@@ -55,6 +55,10 @@ AIC_SYSTEMS = {
     "h200": "h200_sxm",
     "b200": "b200_sxm",
     "gb200": "gb200",
+    "gb200-nvl72": "gb200",  # the same part in its 72-GPU rack (gb200.yaml: 8 TB/s, 2,500 / 5,000 / 10,000 TFLOPS)
+    "b300": "b300_sxm",
+    "gb300": "gb300",
+    "rtx-pro-6000": "rtx_pro_6000_server",
     "a100-80gb": "a100_sxm",  # a100_sxm.yaml: 2.039 TB/s, the 80 GB part
     "l40s": "l40s",
 }
@@ -497,8 +501,8 @@ class AicTable(KernelTable):
         return min(cands, key=lambda k: sum(math.log(max(a, 1) / max(b, 1)) ** 2 for a, b in zip(k[1:], want[1:])))
 
     def _collective(self, op, hw):
-        if op.nodes > 1 or op.ranks > 8 or op.ranks < 2:
-            return None  # the tables are measured within one node
+        if op.nodes > 1 or op.ranks > 8 or op.ranks < 2 or op.op == "send":
+            return None  # the tables are measured within one node; they hold no point-to-point send
         if op.op == "all_to_all":
             return self._all_to_all(op, hw)
         elements = op.bytes / 2
@@ -665,13 +669,14 @@ def aic_table(gpu_id: str, backend: str) -> AicTable | None:
 
 @functools.lru_cache(maxsize=64)
 def _engine(model_path: str, system: str, backend: str, tp: int, adp: int, moe_tp: int, moe_ep: int, kv: str,
-            fmha: str, gemm: str | None = None, moe: str | None = None):
+            fmha: str, gemm: str | None = None, moe: str | None = None,
+            pp: int = 1):
     import logging
 
     from aiconfigurator_core.sdk import EngineHandle
 
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-    return EngineHandle.compile(model_path, system, backend, tp_size=tp, attention_dp_size=adp, moe_tp_size=moe_tp,
+    return EngineHandle.compile(model_path, system, backend, tp_size=tp, pp_size=pp, attention_dp_size=adp, moe_tp_size=moe_tp,
                                 moe_ep_size=moe_ep, kvcache_quant_mode=kv, fmha_quant_mode=fmha,
                                 gemm_quant_mode=gemm, moe_quant_mode=moe)
 
@@ -752,7 +757,7 @@ def aic_estimate(model, dep, wl, batch_per_replica: int, engine: str, *, weights
     dp = dep.dp_attention and tp > 1
     tp_size, adp = (1, tp) if dp else (tp, 1)
     moe_ep = ep if ep > 1 else 1
-    moe_tp = tp // moe_ep
+    moe_tp = tp // moe_ep  # tp = moe_tp x ep inside the group (docs/model.md, "Deployments")
     from ..kv import resolve_kv_dtype
 
     kv = resolve_kv_dtype(model, dep.kv_dtype)
@@ -761,7 +766,7 @@ def aic_estimate(model, dep, wl, batch_per_replica: int, engine: str, *, weights
         return no(f"aiconfigurator-core has no KV-cache mode for {kv}")
     b = max(1, -(-batch_per_replica // adp))
     try:
-        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16", gemm, moe)
+        handle = _engine(path, system, engine, tp_size, adp, moe_tp, moe_ep, kv_mode, "bfloat16", gemm, moe, dep.pp)
         prefix = wl.input_len - wl.new_prefill_tokens
         step_ms = handle.decode_step_latency(b, wl.input_len, max(wl.output_len, 2))
         prefill_ms = handle.predict_prefill_latency(1, wl.input_len, prefix)
@@ -776,14 +781,15 @@ def aic_estimate(model, dep, wl, batch_per_replica: int, engine: str, *, weights
     tps = wl.tokens_per_step
     return {"available": True, "system": system, "backend": engine, "version": current_version(system, engine),
             "model_path": path if not path.startswith("/") else f"{model.name} (the preset's config.json)",
-            "split": {"tp_size": tp_size, "attention_dp_size": adp, "moe_tp_size": moe_tp, "moe_ep_size": moe_ep,
+            "split": {"tp_size": tp_size, "pp_size": dep.pp, "attention_dp_size": adp, "moe_tp_size": moe_tp,
+                      "moe_ep_size": moe_ep,
                       "kvcache_quant_mode": kv_mode, "fmha_quant_mode": "bfloat16", "gemm_quant_mode": gemm,
                       "moe_quant_mode": moe, "batch_size": b},
             "decode_step_s": step_ms * 1e-3, "tpot_s": step_ms * 1e-3 / tps, "ttft_s": prefill_ms * 1e-3,
             "tokens_per_s_per_user": tps / (step_ms * 1e-3),
-            "tokens_per_s_per_gpu": b * tps / (step_ms * 1e-3) / tp_size,
-            "output_tokens_per_s_per_gpu": b * max(wl.output_len, 2) / (static_ms * 1e-3) / tp_size,
-            "input_tokens_per_s_per_gpu": prefill_prompts * wl.input_len / (many_ms * 1e-3) / tp_size}
+            "tokens_per_s_per_gpu": b * tps / (step_ms * 1e-3) / (tp_size * dep.pp),
+            "output_tokens_per_s_per_gpu": b * max(wl.output_len, 2) / (static_ms * 1e-3) / (tp_size * dep.pp),
+            "input_tokens_per_s_per_gpu": prefill_prompts * wl.input_len / (many_ms * 1e-3) / (tp_size * dep.pp)}
 
 
 def cross_check(model, dep, wl, point, engine: str, *, weights_dtype: str | None = None) -> dict:

@@ -9,9 +9,10 @@ is a lower bound; nothing is calibrated to an engine (the estimate, `step.py`, i
 from __future__ import annotations
 
 import functools
+import math
 
 from ..spec import ModelSpec
-from .inputs import ACTIVATION_BYTES, Deployment, Workload
+from .inputs import ACTIVATION_BYTES, PP_SEND_TENSORS, Deployment, Workload
 
 # --- the core calls (the one place each is made) -------------------------------------------------
 
@@ -20,14 +21,83 @@ def _wdtype(model: ModelSpec, dep: Deployment) -> str:
 
 
 def _group_capacity(model: ModelSpec, dep: Deployment, context: int) -> dict:
-    """`capacity.capacity` of one group (replica) of `tp` GPUs at `context` tokens a sequence."""
+    """`capacity.capacity` of one group (replica) of `tp` GPUs at `context` tokens a sequence.
+
+    With `pp` stages each stage's GPUs hold that stage's weights and the cache of its layers for
+    every sequence of the replica (`stages`); the engine allocates as many cache blocks as the
+    tightest stage holds (vLLM takes the minimum over its workers), so the replica's capacity is
+    the stage with the fewest whole requests, its `max_tokens_per_gpu` the least of any stage, and
+    `weights_fit` only when every stage's weights fit."""
     from ..capacity import capacity
 
-    return capacity(model, context=context, gpu=dep.gpu, num_gpus=dep.tp, tp=dep.tp,
-                    dp_attention=dep.dp_attention and dep.tp > 1, weights_dtype=dep.weights_dtype,
-                    kv_dtype=dep.kv_dtype, gpu_memory_utilization=dep.gpu_memory_utilization,
-                    block_size=dep.block_size, reserve_bytes=dep.reserve_bytes, state_dtype=dep.state_dtype,
-                    ssm_state_dtype=dep.ssm_state_dtype)
+    caps = [capacity(st, context=context, gpu=dep.gpu, num_gpus=dep.tp, tp=dep.tp,
+                     dp_attention=dep.dp_attention and dep.tp > 1, weights_dtype=dep.weights_dtype,
+                     kv_dtype=dep.kv_dtype, gpu_memory_utilization=dep.gpu_memory_utilization,
+                     block_size=dep.block_size, reserve_bytes=dep.reserve_bytes, state_dtype=dep.state_dtype,
+                     ssm_state_dtype=dep.ssm_state_dtype) for st, _ in stages(model, dep)]
+    if len(caps) == 1:
+        return caps[0]
+    short = [c for c in caps if not c["weights_fit"]]
+    if short:
+        return short[0]
+    tight = min(caps, key=lambda c: (c["max_concurrent_requests"], c["max_tokens_per_gpu"]))
+    return {**tight.to_dict(), "max_tokens_per_gpu": min(c["max_tokens_per_gpu"] for c in caps),
+            "weights_bytes_per_gpu": max(c["weights_bytes_per_gpu"] for c in caps)}
+
+
+# --- pipeline stages ------------------------------------------------------------------------------
+
+def stages(model: ModelSpec, dep: Deployment) -> tuple[tuple[ModelSpec, int], ...]:
+    """The models `dep.pp` pipeline stages run, equal stages once with their count
+    (`spec.distinct_stages`; ((model, 1),) at pp 1)."""
+    if dep.pp == 1:
+        return ((model, 1),)
+    from ..spec import distinct_stages
+
+    return distinct_stages(model, dep.pp)
+
+
+def micro_batches(pp: int, batch_group: int) -> tuple[int, int]:
+    """(micro-batches in flight, sequences each) of a replica holding `batch_group` sequences over
+    `pp` stages: min(pp, B) micro-batches of ceil(B / m) (docs/model.md, "Deployments")."""
+    m = max(1, min(pp, batch_group))
+    return m, -(-batch_group // m)
+
+
+def pp_boundaries(dep: Deployment) -> tuple[int, int]:
+    """(sends within a node, sends across nodes) among the pp - 1 stage boundaries of a replica:
+    stage i holds GPUs i tp .. (i + 1) tp - 1, so boundary i crosses a node where i tp is a
+    multiple of gpus_per_node."""
+    cross = sum(1 for i in range(1, dep.pp) if (i * dep.tp) % dep.gpus_per_node == 0)
+    return dep.pp - 1 - cross, cross
+
+
+def pp_send_bytes(model: ModelSpec, dep: Deployment, tokens: int) -> float:
+    """Bytes one GPU sends the next stage for `tokens` tokens of a micro-batch: the hidden states
+    and the residual (PP_SEND_TENSORS), bf16, split over the TP ranks (vLLM's
+    `send_tensor_dict(all_gather_group=tp_group)` sends 1/tp from each rank and the next stage
+    all-gathers it; the gather is left out, so the figure stays a lower bound)."""
+    return PP_SEND_TENSORS * float(tokens) * model.hidden_size * ACTIVATION_BYTES / dep.tp
+
+
+def pp_send_s(model: ModelSpec, dep: Deployment, tokens: int) -> float:
+    """Seconds of the pp - 1 sends one micro-batch of `tokens` tokens makes passing every stage
+    (`pp_send_bytes` over the link each boundary crosses: `collective_wire`'s 'send')."""
+    if dep.pp == 1:
+        return 0.0
+    size = pp_send_bytes(model, dep, tokens)
+    within, across = pp_boundaries(dep)
+    return sum(n * wire_time(*collective_wire("send", size, dep, nodes=nodes), dep)
+               for n, nodes in ((within, 1), (across, 2)) if n)
+
+
+def pipeline_time(stage_s, send_s: float, micro: int) -> float:
+    """Time between a sequence's tokens with `micro` micro-batches over the stages of `stage_s`
+    ((seconds, stages that take them), as `stages` counts them; docs/model.md, "Deployments"): a
+    micro-batch passes every stage and the sends between them, sum + send_s, and the slowest
+    stage serves every micro-batch in turn, micro x max; the larger of the two. At pp 1 it is the
+    one stage's time."""
+    return max(math.fsum(t * n for t, n in stage_s) + send_s, micro * max(t for t, _ in stage_s))
 
 
 def _streamed_weight_bytes(model: ModelSpec, wdtype: str, tokens: int, tp: int, dp: bool) -> int:
@@ -168,7 +238,8 @@ def prefill_attention_flops(model: ModelSpec, input_len: int, new_tokens: int) -
 
 def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     """Flops and bytes of one request's prefill (docs/model.md): P = ceil(input_len (1 - prefix_hit))
-    new tokens; flops 2 active_params P + pairs x the expanded (MHA-form) attention flops a pair;
+    new tokens; flops 2 (active_params - LM head) P + 2 LM head (the logits of the sampled token
+    only) + pairs x the expanded (MHA-form) attention flops a pair;
     bytes: every streamed weight once (experts touched by P tokens) + the cache of `input_len`
     tokens (the prefix read, the new part written). Per GPU of the group: TP divides all by tp;
     DP-attention runs attention on one GPU and divides the rest by tp.
@@ -182,23 +253,27 @@ def prefill_work(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
     pairs = prefill_attention_pairs(model, wl.input_len, p)
     attention = float(prefill_attention_flops(model, wl.input_len, p))
     active = active_params_per_token(model)
+    # The LM head computes the logits of the sampled (last) token only, as engines run prefill; the
+    # rest of the active parameters run on every new token.
+    lm = (model.vocab_size or 0) * model.hidden_size if model.holds_lm_head else 0
     dp = dep.dp_attention and tp > 1
     weights = _streamed_weight_bytes(model, wdtype, p, tp, dp)
     # Recurrent layers run their recurrence over the P new tokens and write the state once.
     state_bytes, state_flops_one = _state_step(model, 1, dep.state_dtype, 1 if dp else tp, dp, dep.ssm_state_dtype)
     state_flops = state_flops_one * p
+    linear = 2.0 * (active - lm) * p + 2.0 * lm
     if dp:
         attn = attention_side_params(model)
-        flops_gpu = attention + state_flops + 2.0 * attn * p + 2.0 * (active - attn) * p / tp
+        flops_gpu = attention + state_flops + 2.0 * attn * p + 2.0 * (active - attn - lm) * p / tp + 2.0 * lm
         kv = kv_cache_bytes(model, wl.input_len, 1, dep.kv_dtype, tp=1, dp_attention=True)
     else:
-        flops_gpu = (attention + 2.0 * active * p) / tp + state_flops
+        flops_gpu = (attention + linear) / tp + state_flops
         kv = kv_cache_bytes(model, wl.input_len, 1, dep.kv_dtype, tp=tp)
     kv += state_bytes // 2  # written once (recurrent_step counts a read and a write)
     return {
         "new_tokens": p,
         "attention_pairs": pairs,
-        "flops": attention + 2.0 * active * p + state_flops * (1 if dp else tp),
+        "flops": attention + linear + state_flops * (1 if dp else tp),
         "attention_flops": attention,
         "flops_gpu": flops_gpu,
         "weights_bytes_gpu": weights,
@@ -229,7 +304,8 @@ def link_Bps(dep: Deployment) -> tuple[float, float]:
     return intra, dep.internode_gbps * 1e9 / 8
 
 
-def collective_wire(op: str, size: float, dep: Deployment, *, topk: int = 1) -> tuple[float, float, float]:
+def collective_wire(op: str, size: float, dep: Deployment, *, topk: int = 1, nodes: int | None = None
+                    ) -> tuple[float, float, float]:
     """(bytes per GPU, NVLink part, network part) of one collective over the group of `dep`
     (ring algorithms, nccl-tests' PERFORMANCE.md; docs/model.md, "Serving"):
 
@@ -241,8 +317,13 @@ def collective_wire(op: str, size: float, dep: Deployment, *, topk: int = 1) -> 
                                       GPU: S top_k (ep - 1) / ep, NVLink S top_k (g - 1) / ep, and
                                       once to each distinct remote node holding one of a token's
                                       experts, S (N - 1) (1 - (1 - 1/N)^top_k) (DeepEP's node dedup)
+        send                          a pipeline stage's point-to-point send of S bytes to the next
+                                      stage: S over NVLink, or over the network when the boundary
+                                      crosses nodes (`nodes` 2)
     `size` is S in bytes. The one formula the bound's `communication` and the estimate's
     collective ops (ops.Collective) share."""
+    if op == "send":
+        return (float(size), 0.0, float(size)) if (nodes or 1) > 1 else (float(size), float(size), 0.0)
     tp = dep.tp
     if tp == 1:
         return 0.0, 0.0, 0.0
@@ -271,9 +352,21 @@ def wire_time(total: float, intra: float, inter: float, dep: Deployment) -> floa
 
 def communication_calls(model: ModelSpec, dep: Deployment, tokens_group: int, tokens_gpu: int) -> list[tuple]:
     """The collectives of one forward pass on one GPU: [(op, message bytes S, calls a pass)]
-    (TP: two all-reduces a layer over the group's tokens; DP-attention: the sharded MLP's
-    all-gather and reduce-scatter a layer, or with EP the dense layers' and one dispatch + one
-    combine a MoE layer of the GPU's own tokens). [] for one GPU a group."""
+    over the layers of `model` (one pipeline stage's when it is one). [] for one GPU a group.
+
+        TP attention        two all-reduces a layer over the group's tokens, whatever the MoE
+                            split: every rank holds every token after the attention all-reduce,
+                            runs its experts' slices (E / ep experts, 1 / moe_tp of each) and the
+                            layer's second all-reduce sums them (SGLang's MoE over moe_tp x ep =
+                            tp, TensorRT-LLM's fused MoE under attention TP)
+        DP-attention, ep 1  the sharded MLP's all-gather and reduce-scatter a layer
+        DP-attention, ep tp the dense layers' gather and scatter, and one dispatch + one combine
+                            all-to-all a MoE layer of the GPU's own tokens (DeepEP; SGLang's DeepEP
+                            sets ep = tp)
+        DP-attention, 1 < ep < tp   the MoE layers run over all the group's tokens with the
+                            experts split moe_tp x ep: all-gather and reduce-scatter a layer, as
+                            with ep 1 (TensorRT-LLM's fused MoE uses all-gather / reduce-scatter
+                            where it does not use all-to-all)"""
     if dep.tp == 1:
         return []
     h, layers = model.hidden_size, model.num_hidden_layers
@@ -281,9 +374,10 @@ def communication_calls(model: ModelSpec, dep: Deployment, tokens_group: int, to
     if not dep.dp_attention:
         return [("all_reduce", s, 2 * layers)]
     moe_layers = _moe_layers(model)
-    sharded = layers - moe_layers if dep.ep > 1 else layers  # the MLP is sharded: gather + scatter
+    a2a = dep.ep > 1 and dep.ep == dep.tp
+    sharded = layers - moe_layers if a2a else layers  # the MLP is sharded: gather + scatter
     out = [("all_gather", s, sharded), ("reduce_scatter", s, sharded)]
-    if dep.ep > 1 and moe_layers:
+    if a2a and moe_layers:
         per = float(tokens_gpu) * h * ACTIVATION_BYTES
         out += [("all_to_all", per, 2 * moe_layers)]
     return out

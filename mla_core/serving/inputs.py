@@ -13,6 +13,9 @@ from ..spec import ModelSpec
 from ..validate import MAX_CONTEXT, MAX_GPUS, check_choice, check_int, check_real
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire (docs/model.md, "Serving")
+PP_SEND_TENSORS = 2  # a stage hands the next its hidden states and the residual (vLLM's and SGLang's
+#                      IntermediateTensors / PPProxyTensors of DeepSeek and Llama: {hidden_states, residual})
+MAX_PP = 64
 MAX_SPEC_TOKENS = 16
 MAX_SPLIT_BATCH = 1 << 20  # batches per group searched up to this
 
@@ -27,9 +30,12 @@ def _check_bool(name: str, value) -> bool:
 class Deployment:
     """GPUs and how the model is split over them (see the package docstring).
 
-    `gpu` a `hardware.GPU`; `num_gpus` in the deployment; `gpus_per_node`; `tp` GPUs a group
-    (replica); `dp_attention` attention data parallelism within the group; `ep` 1 or `tp`
-    (experts spread over the group); `weights_dtype` (None: the model's), `kv_dtype`
+    `gpu` a `hardware.GPU`; `num_gpus` in the deployment; `gpus_per_node` (GPUs one NVLink
+    domain joins: 8 on an HGX board, 72 in an NVL72 rack); `tp` GPUs a stage (the tensor-parallel
+    group); `pp` pipeline stages a replica (layers split over them, `tp * pp` GPUs a replica);
+    `dp_attention` attention data parallelism within the TP group; `ep` the routed experts'
+    expert parallelism, any divisor of tp, the rest of the group slicing each expert
+    (`moe_tp * ep = tp`, TensorRT-LLM's moe_tp_size x moe_ep_size); `weights_dtype` (None: the model's), `kv_dtype`
     (kv_cache_dtype), `gpu_memory_utilization` (vLLM's meaning); `internode_gbps` network per
     GPU in Gb/s (1e9 bit/s); `link_bandwidth_Bps` a measured collective bus bandwidth (B/s) that
     replaces the link figures; `block_size` (None: 64 for MLA, 16 otherwise); `reserve_bytes`
@@ -53,19 +59,31 @@ class Deployment:
     mla_path: str = "absorbed"
     state_dtype: str = "auto"  # recurrent state (Mamba, DeltaNet, KDA, lightning); auto = torch_dtype
     ssm_state_dtype: str = "auto"  # its recurrent (SSM) part alone; auto = the config's, else state_dtype
+    pp: int = 1
+
+    @property
+    def group_gpus(self) -> int:
+        """GPUs of one replica: tp x pp."""
+        return self.tp * self.pp
 
     @property
     def replicas(self) -> int:
-        return self.num_gpus // self.tp
+        return self.num_gpus // self.group_gpus
+
+    @property
+    def moe_tp(self) -> int:
+        """Slices of each routed expert: tp / ep (TensorRT-LLM's moe_tp_size, SGLang's tp_size // ep_size)."""
+        return self.tp // max(1, self.ep)
 
     @property
     def split(self) -> str:
-        return split_label(self.tp, self.dp_attention, self.ep, self.replicas)
+        return split_label(self.tp, self.dp_attention, self.ep, self.replicas, self.pp)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["gpu"] = self.gpu.id
         d["replicas"] = self.replicas
+        d["moe_tp"] = self.moe_tp
         d["split"] = self.split
         return d
 
@@ -136,19 +154,29 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     check_int("num_gpus", dep.num_gpus, maximum=MAX_GPUS)
     check_int("gpus_per_node", dep.gpus_per_node, maximum=MAX_GPUS)
     check_int("tp", dep.tp, maximum=MAX_GPUS)
-    if dep.tp > dep.num_gpus:
-        raise MLAError(f"tp ({dep.tp}) cannot exceed num_gpus ({dep.num_gpus})")
-    if dep.num_gpus % dep.tp:
-        raise MLAError(f"tp ({dep.tp}) must divide num_gpus ({dep.num_gpus})")
+    check_int("pp", dep.pp, maximum=MAX_PP)
+    if dep.tp * dep.pp > dep.num_gpus:
+        raise MLAError(f"tp x pp ({dep.tp} x {dep.pp}) cannot exceed num_gpus ({dep.num_gpus})")
+    if dep.num_gpus % (dep.tp * dep.pp):
+        what = f"tp ({dep.tp})" if dep.pp == 1 else f"tp x pp ({dep.tp} x {dep.pp} = {dep.tp * dep.pp})"
+        raise MLAError(f"{what} must divide num_gpus ({dep.num_gpus})")
+    decoder = model.num_hidden_layers
+    if dep.pp > decoder:
+        raise MLAError(f"pp ({dep.pp}) cannot exceed the {decoder} decoder layers of {model.name}: "
+                       "every stage holds at least one")
     _check_bool("dp_attention", dep.dp_attention)
+    if dep.pp > 1 and dep.dp_attention and dep.tp > 1:
+        raise MLAError("pp with dp_attention is not planned: give pipeline stages of TP groups, or DP-attention "
+                       "without pipeline stages")
     check_int("ep", dep.ep, maximum=MAX_GPUS)
     if dep.ep > 1:
         if model.moe is None:
             raise MLAError(f"ep {dep.ep}: {model.name} has no experts (expert parallelism needs a MoE model)")
         if dep.ep > model.moe.n_routed_experts:
             raise MLAError(f"ep ({dep.ep}) is larger than the {model.moe.n_routed_experts} routed experts of {model.name}")
-        if dep.ep != dep.tp:
-            raise MLAError(f"ep must be 1 or the group size tp ({dep.tp}); got {dep.ep}")
+        if dep.tp % dep.ep:
+            raise MLAError(f"ep ({dep.ep}) must divide the group size tp ({dep.tp}): the rest of the group slices "
+                           "each expert (moe_tp x ep = tp)")
     if dep.weights_dtype is not None:
         check_choice("weights_dtype", dep.weights_dtype, tuple(WEIGHT_DTYPES))
     check_choice("kv_dtype", dep.kv_dtype, KV_DTYPES)
@@ -160,7 +188,8 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
         check_int("block_size", dep.block_size, maximum=1 << 20)
     check_int("reserve_bytes", dep.reserve_bytes, minimum=0, maximum=1 << 62)
     check_choice("mla_path", dep.mla_path, MLA_PATHS)
-    node_layout_error = group_layout_error(dep.tp, dep.gpus_per_node)
+    node_layout_error = group_layout_error(dep.tp, dep.gpus_per_node) or (
+        group_layout_error(dep.tp * dep.pp, dep.gpus_per_node, "replicas") if dep.pp > 1 else None)
     if node_layout_error:
         raise MLAError(node_layout_error)
     if not (dep.dp_attention and dep.tp > 1):
@@ -177,25 +206,42 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     return dep
 
 
-def group_layout_error(tp: int, gpus_per_node: int) -> str | None:
-    """Why groups of `tp` GPUs cannot be laid on nodes of `gpus_per_node` (engines start the same
-    number of ranks on every node of a group): a group within a node must divide the node, a
-    group over nodes must fill whole nodes. None when they can."""
+def group_layout_error(tp: int, gpus_per_node: int, what: str = "groups") -> str | None:
+    """Why `what` (groups, replicas) of `tp` GPUs cannot be laid on nodes of `gpus_per_node`
+    (engines start the same number of ranks on every node of a group): a group within a node must
+    divide the node, a group over nodes must fill whole nodes. None when they can."""
+    one = what[:-1]
     if tp <= gpus_per_node:
         if gpus_per_node % tp:
-            return (f"groups of {tp} GPUs do not tile a node of {gpus_per_node}: a group would straddle two "
+            return (f"{what} of {tp} GPUs do not tile a node of {gpus_per_node}: a {one} would straddle two "
                     "nodes with unequal halves")
     elif tp % gpus_per_node:
-        return (f"a group of {tp} GPUs over nodes of {gpus_per_node} would leave a node part-filled "
+        return (f"a {one} of {tp} GPUs over nodes of {gpus_per_node} would leave a node part-filled "
                 f"({tp % gpus_per_node} GPUs on its last node); engines start the same number of ranks on "
                 "every node")
     return None
 
 
-def split_label(tp: int, dp_attention: bool, ep: int, replicas: int = 1) -> str:
-    """'TP8', 'TP8 x2' (two replicas), 'DP-attention 16 + EP16', 'DP-attention 8 + MoE TP8'."""
-    if dp_attention and tp > 1:
-        text = f"DP-attention {tp} + " + (f"EP{ep}" if ep > 1 else f"MLP TP{tp}")
+def default_gpus_per_node(gpu: GPU) -> int:
+    """GPUs a node (one NVLink domain) when none is given: the preset's `link_domain_gpus` where it
+    joins more than an HGX board's 8 (72 on GB200 / GB300 NVL72: one NVLink domain), else 8
+    (HGX boards, and PCIe or bridged cards in 8-GPU servers: H100 NVL's 2-GPU bridge domains sit
+    in 8-GPU hosts, so their launch commands stay on one node)."""
+    domain = getattr(gpu, "link_domain_gpus", None)
+    return domain if domain and domain > 8 else 8
+
+
+def split_label(tp: int, dp_attention: bool, ep: int, replicas: int = 1, pp: int = 1) -> str:
+    """'TP8', 'TP8 x2' (two replicas), 'TP8 + EP8', 'TP8 + MoE TP2 x EP4', 'TP4 + PP2',
+    'DP-attention 16 + EP16', 'DP-attention 8 + MLP TP8', 'DP-attention 8 + MoE TP2 x EP4'."""
+    if 1 < ep < tp:
+        moe = f"MoE TP{tp // ep} x EP{ep}"
     else:
-        text = f"TP{tp}" + (f" + EP{ep}" if ep > 1 else "")
+        moe = f"EP{ep}" if ep > 1 else ""
+    if dp_attention and tp > 1:
+        text = f"DP-attention {tp} + " + (moe or f"MLP TP{tp}")
+    else:
+        text = f"TP{tp}" + (f" + {moe}" if moe else "")
+    if pp > 1:
+        text += f" + PP{pp}"
     return text + (f" x{replicas}" if replicas > 1 else "")

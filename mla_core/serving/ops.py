@@ -26,8 +26,9 @@ Op classes and the shape each hands to a table (units: tokens, elements, bytes, 
     MoE               routed experts of one MoE layer: `tokens` entering it on the group,
                       top_k, E experts, `experts_local` on this GPU, `moe_tp` slices of each
     Elementwise       `bytes` read + written (norms, RoPE, activation, cache writes, sampling)
-    Collective        `op` (all_reduce, all_gather, reduce_scatter, all_to_all) of `bytes` per
-                      GPU over `ranks` GPUs spanning `nodes` nodes
+    Collective        `op` (all_reduce, all_gather, reduce_scatter, all_to_all, and a pipeline
+                      stage's point-to-point `send`) of `bytes` per GPU over `ranks` GPUs
+                      spanning `nodes` nodes
     Recurrent         `kind` (RECURRENT_KINDS), `batch` sequences, `tokens` a sequence,
                       `state_elements` per sequence on this GPU at `state_bytes` each
 """
@@ -265,7 +266,7 @@ class Collective(Op):
     def wire(self, dep) -> tuple[float, float, float]:
         from .bound import collective_wire
 
-        return collective_wire(self.op, self.bytes, dep, topk=self.topk)
+        return collective_wire(self.op, self.bytes, dep, topk=self.topk, nodes=self.nodes)
 
     def roofline_s(self, hw, work=None) -> float:
         from .bound import wire_time

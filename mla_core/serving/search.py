@@ -5,15 +5,17 @@ and its launch commands (docs/model.md, "Serving").
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 from ..hardware import GPU
 from ..spec import ModelSpec
 from ..validate import MAX_BATCH, MAX_GPUS, MAX_TP, check_int, check_real
 from .bound import (_attention_one_sequence, _group_capacity, _model_params, _moe_layers, _streamed_params, _times,
-                    communication, decode_work, prefill_work, with_mtp_draft)
-from .inputs import (MAX_SPLIT_BATCH, Deployment, Workload, check_deployment, check_workload, group_layout_error,
-                     split_label)
+                    communication, decode_work, micro_batches, pipeline_time, pp_send_s, prefill_work, stages,
+                    with_mtp_draft)
+from .inputs import (MAX_PP, MAX_SPLIT_BATCH, Deployment, Workload, check_deployment, check_workload,
+                     default_gpus_per_node, group_layout_error, split_label)
 from .step import Estimate, StepEstimate
 
 
@@ -50,7 +52,13 @@ class Point:
     ('capacity' at the memory cap, 'tpot' / 'ttft' at an SLO, else the step's bound).
     Costs are $ per million tokens, None without a price. `estimate` what the engine will do
     (step.Estimate; None when the search was asked for bounds only): the search ranks points by
-    it and checks the SLOs against it."""
+    it and checks the SLOs against it.
+
+    `pp` pipeline stages and `moe_tp` slices of each expert (moe_tp x ep = tp); with pp > 1 the
+    replica's batch runs as `micro_batches` micro-batches, `stage_step_s` is the slowest stage's
+    bound for one micro-batch and `pp_send_s` the sends one micro-batch makes passing every stage;
+    `step_time_s` is then bound.pipeline_time of the stages and the sends, and the per-GPU byte,
+    flop and time fields are the slowest stage's."""
 
     split: str
     tp: int
@@ -90,6 +98,11 @@ class Point:
     meets_slo: bool | None = None
     limit: str = ""
     estimate: Estimate | None = None
+    pp: int = 1
+    moe_tp: int = 1
+    micro_batches: int = 1
+    stage_step_s: float = 0.0
+    pp_send_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,22 +140,44 @@ def _prefill_estimate(model: ModelSpec, group: Deployment, wl: Workload, est: Es
     from .step import estimate_step, prefill_chunks
     from .tables import bind
 
+    from .step import estimate_pipeline
+
     rules = engine_rules(est.engine)
     tables = bind(est.tables, group.gpu, group)
     chunks = prefill_chunks(wl, rules.prefill_chunk(group.gpu.memory_GB))
-    return tuple(estimate_step(model, group, wl, tables, rules, prefill_tokens=n, prefix=c,
-                               bound_s=bound_s if len(chunks) == 1 else 0.0) for n, c in chunks)
+    return tuple(estimate_pipeline(model, group, wl, tables, rules, prefill_tokens=n, prefix=c,
+                                   bound_s=bound_s if len(chunks) == 1 else 0.0) for n, c in chunks)
 
 
 def _decode_estimate(model: ModelSpec, group: Deployment, wl: Workload, batch_group: int, est: Estimator,
                      bound_s: float) -> StepEstimate:
-    """The decode step of a group holding `batch_group` sequences at the mean context."""
+    """The decode step of a group holding `batch_group` sequences at the mean context (over its
+    pipeline stages: step.estimate_pipeline)."""
     from .engines import engine_rules
-    from .step import estimate_step
+    from .step import estimate_pipeline
     from .tables import bind
 
-    return estimate_step(model, group, wl, bind(est.tables, group.gpu, group), engine_rules(est.engine),
-                         decode_seqs=batch_group, context=wl.mean_context, bound_s=bound_s)
+    return estimate_pipeline(model, group, wl, bind(est.tables, group.gpu, group), engine_rules(est.engine),
+                             decode_seqs=batch_group, context=wl.mean_context, bound_s=bound_s)
+
+
+def _stage_prefill(model: ModelSpec, dep: Deployment, wl: Workload) -> tuple:
+    """(prefill_work, its times, the time a request costs the stage in a stream of them) of one
+    request on one stage's GPUs (the whole model at pp 1). Prefill throughput: many requests
+    share each weight read, so a request costs its flops, its cache writes and its
+    communication; with DP-attention the group's GPUs prefill different requests at once."""
+    pre = prefill_work(model, dep, wl)
+    comm = communication(model, dep, pre["new_tokens"], pre["new_tokens"])
+    times = _times(pre["bytes_gpu"], pre["flops_gpu"], pre["peak_flops"], dep, comm["time_s"])
+    tp = dep.tp
+    if dep.dp_attention and tp > 1:
+        kv_group = pre["kv_bytes_gpu"]
+        comm_req = communication(model, dep, tp * pre["new_tokens"], pre["new_tokens"])["time_s"] / tp
+    else:
+        kv_group = pre["kv_bytes_gpu"] * tp
+        comm_req = comm["time_s"]
+    per_request = max(pre["flops"] / (tp * pre["peak_flops"]), kv_group / (tp * dep.gpu.bandwidth_Bps), comm_req)
+    return pre, times, per_request
 
 
 def _prepare(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | None = None) -> _Split:
@@ -156,31 +191,43 @@ def _prepare(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | N
         cap_batch = 0
     else:
         cap_batch = cap["max_concurrent_requests"]
-    pre = prefill_work(model, dep, wl)
-    comm = communication(model, dep, pre["new_tokens"], pre["new_tokens"])
-    _, _, bound, ttft, serial = _times(pre["bytes_gpu"], pre["flops_gpu"], pre["peak_flops"], dep, comm["time_s"])
-    # Prefill throughput: many requests share each weight read, so a request costs its flops, its
-    # cache writes and its communication; with DP-attention the group's GPUs prefill different
-    # requests at once. It counts every input token, cached prefix included.
-    tp = dep.tp
-    if dep.dp_attention and tp > 1:
-        kv_group = pre["kv_bytes_gpu"]
-        comm_req = communication(model, dep, tp * pre["new_tokens"], pre["new_tokens"])["time_s"] / tp
-    else:
-        kv_group = pre["kv_bytes_gpu"] * tp
-        comm_req = comm["time_s"]
-    per_request = max(pre["flops"] / (tp * pre["peak_flops"]), kv_group / (tp * dep.gpu.bandwidth_Bps), comm_req)
-    input_rate = wl.input_len / per_request / tp
-    group = replace(dep, num_gpus=dep.tp)
+    # One request passes every pipeline stage and the pp - 1 sends between them (docs/model.md,
+    # "Deployments"); a stream of requests goes at the slowest stage's pace.
+    per = [(_stage_prefill(st, dep, wl), n) for st, n in stages(model, dep)]
+    send = pp_send_s(model, dep, per[0][0][0]["new_tokens"])
+    slow = max((x for x, _ in per), key=lambda x: x[1][3])
+    ttft = math.fsum(x[1][3] * n for x, n in per) + send
+    serial = math.fsum(x[1][4] * n for x, n in per) + send
+    per_request = max(x[2] for x, _ in per)
+    # It counts every input token, cached prefix included.
+    input_rate = wl.input_len / per_request / dep.group_gpus
+    group = replace(dep, num_gpus=dep.group_gpus)
     pf = _prefill_estimate(model, group, wl, est, ttft) if est is not None else ()
-    return _Split(dep, cap_batch, pre, ttft, serial, bound, input_rate, reason, pf)
+    return _Split(dep, cap_batch, slow[0], ttft, serial, slow[1][2], input_rate, reason, pf)
 
 
 def _group_step(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: int) -> tuple:
-    """(decode_work of a group at `batch_group`, its communication): what a step costs one GPU."""
-    work = decode_work(model, dep, wl, batch_group)
+    """What a decode step costs a replica holding `batch_group` sequences: (decode_work of its
+    busiest GPU, that GPU's communication, (memory s, compute s, what binds, step s, serial s),
+    (micro-batches, slowest stage's bound s, PP sends s)). Over pp stages the batch runs as
+    micro-batches (bound.micro_batches), each stage's step is its own layers' (bound.stages),
+    and the step is bound.pipeline_time of the stages and the sends; at pp 1 it is the group's."""
     k1 = wl.spec_tokens + 1
-    return work, communication(model, dep, batch_group * k1, work["batch_gpu"] * k1)
+    m, micro = micro_batches(dep.pp, batch_group)
+    per = []
+    for st, n in stages(model, dep):
+        work = decode_work(st, dep, wl, micro)
+        comm = communication(st, dep, micro * k1, work["batch_gpu"] * k1)
+        per.append((work, comm, _times(work["step_bytes"], work["step_flops"], work["peak_flops"], dep,
+                                       comm["time_s"]), n))
+    if dep.pp == 1:
+        work, comm, times, _ = per[0]
+        return work, comm, times, (1, times[3], 0.0)
+    send = pp_send_s(model, dep, micro * k1)
+    work, comm, (t_mem, t_cmp, bound, stage_s, _), _ = max(per, key=lambda x: x[2][3])
+    step = pipeline_time([(x[2][3], x[3]) for x in per], send, m)
+    serial = pipeline_time([(x[2][4], x[3]) for x in per], send, m)
+    return work, comm, (t_mem, t_cmp, bound, step, serial), (m, stage_s, send)
 
 
 # The search's fast path: a group's figures do not depend on how many replicas the deployment has,
@@ -215,17 +262,16 @@ def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_h
     replicas = dep.replicas
     b_rep = -(-batch // replicas)
     if group is not None:
-        work, comm = _group_step_cached(model, group, wl, b_rep)
+        work, comm, times, pipe = _group_step_cached(model, group, wl, b_rep)
     else:
-        work, comm = _group_step(model, dep, wl, b_rep)
-    t_mem, t_cmp, bound, step, serial = _times(work["step_bytes"], work["step_flops"], work["peak_flops"], dep,
-                                               comm["time_s"])
+        work, comm, times, pipe = _group_step(model, dep, wl, b_rep)
+    t_mem, t_cmp, bound, step, serial = times
     estimate = None
     if est is not None:
         from .engines import engine_rules
         from .step import point_estimate
 
-        g = group if group is not None else replace(dep, num_gpus=dep.tp)
+        g = group if group is not None else replace(dep, num_gpus=dep.group_gpus)
         decode = (_decode_estimate_cached if group is not None else _decode_estimate)(model, g, wl, b_rep, est, step)
         estimate = point_estimate(decode, sp.prefill_estimate, dep, wl, batch, engine_rules(est.engine))
     tps = wl.tokens_per_step
@@ -256,7 +302,8 @@ def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_h
         kv_bytes_per_gpu=work["kv_bytes"], weights_bytes_per_step_per_gpu=work["weights_bytes"],
         communication_bytes_per_gpu=comm["allreduce_bytes"] + comm["alltoall_bytes"],
         usd_per_million_output_tokens=usd_out, usd_per_million_input_tokens=usd_in, meets_slo=meets,
-        limit=bound, estimate=estimate,
+        limit=bound, estimate=estimate, pp=dep.pp, moe_tp=dep.moe_tp,
+        micro_batches=pipe[0], stage_step_s=pipe[1], pp_send_s=pipe[2],
     )
 
 
@@ -298,29 +345,46 @@ def _slo(ttft_ms, tpot_ms) -> tuple[float | None, float | None]:
 
 # --- the search -----------------------------------------------------------------------------------
 
-def splits(model: ModelSpec, num_gpus: int, gpus_per_node: int | None = None) -> list[tuple[int, bool, int]]:
-    """Every (tp, dp_attention, ep) the search tries for `num_gpus`: TP over each divisor of
-    num_gpus; for MoE models also DP-attention groups (tp > 1) with the experts sharded (ep 1) or
-    spread (ep = tp, when there are at least tp routed experts). TP with ep = tp is left out: its
-    bytes and collectives are those of plain TP here (`evaluate` still takes it). Engines run
-    DP-attention for MoE models only (SGLang's --enable-dp-attention help), so dense models get TP."""
-    from ..kv import divisors
+def splits(model: ModelSpec, num_gpus: int, gpus_per_node: int | None = None) -> list[tuple[int, bool, int, int]]:
+    """Every (tp, dp_attention, ep, pp) the search tries for `num_gpus`.
 
-    from ..kv import tp_split_error
+    TP over each divisor of num_gpus. Pipeline stages pp > 1 (powers of two, tp x pp dividing
+    num_gpus, at most the decoder layers and MAX_PP) in the two layouts deployments use: TP
+    filling each node with the stages across nodes (tp = gpus_per_node), and TP x PP filling one
+    node (or the whole deployment, when it is smaller than a node). For MoE models each TP group
+    of one stage also spreads its routed experts (ep = tp, when there are at least tp experts:
+    vLLM's --enable-expert-parallel), and DP-attention groups (tp > 1, no pipeline stages:
+    engines run DP-attention over one stage) shard the experts (ep 1) or spread them (ep = tp).
+    Splits with 1 < ep < tp (TensorRT-LLM's moe_tp x moe_ep) are left to `evaluate` and a given
+    split: their bound and collectives are those of ep 1, only the MoE kernel's shape differs.
+    Engines run DP-attention for MoE models only (SGLang's --enable-dp-attention help), so dense
+    models get TP."""
+    from ..kv import divisors, tp_split_error
 
     out = []
     moe = model.moe
+    layers = model.num_hidden_layers
+    gpn = gpus_per_node
+    node = min(gpn, num_gpus) if gpn is not None else num_gpus
     for tp in divisors(num_gpus):
         if tp > MAX_TP:
             break
-        if gpus_per_node is not None and group_layout_error(tp, gpus_per_node):
+        if gpn is not None and group_layout_error(tp, gpn):
             continue  # the group cannot be laid on the nodes
         if not tp_split_error(model, tp):
-            out.append((tp, False, 1))
+            out.append((tp, False, 1, 1))
+            if moe is not None and 1 < tp <= moe.n_routed_experts:
+                out.append((tp, False, tp, 1))
+            pp = 2
+            while tp * pp <= num_gpus and pp <= min(layers, MAX_PP):
+                if not num_gpus % (tp * pp) and (tp == gpn or tp * pp == node) and not (
+                        gpn is not None and group_layout_error(tp * pp, gpn, "replicas")):
+                    out.append((tp, False, 1, pp))
+                pp *= 2
         if moe is not None and tp > 1:
-            out.append((tp, True, 1))
+            out.append((tp, True, 1, 1))
             if tp <= moe.n_routed_experts:
-                out.append((tp, True, tp))
+                out.append((tp, True, tp, 1))
     return out
 
 
@@ -363,6 +427,8 @@ class SplitSummary:
     max_batch: int
     best: Point | None
     reason: str = ""
+    pp: int = 1
+    moe_tp: int = 1
 
     def to_dict(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k != "best"},
@@ -436,23 +502,28 @@ class Plan:
         }
 
 
-def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpus_per_node: int = 8,
+def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpus_per_node: int | None = None,
            ttft_ms: float | None = None, tpot_ms: float | None = None, usd_per_gpu_hour: float | None = None,
            weights_dtype: str | None = None, kv_dtype: str = "auto", gpu_memory_utilization: float = 0.9,
            internode_gbps: float = 400.0, link_bandwidth_Bps: float | None = None, block_size: int | None = None,
            reserve_bytes: int = 0, mla_path: str = "absorbed", tp: int | None = None,
            dp_attention: bool | None = None, ep: int | None = None, batch: int | None = None,
            model_path: str | None = None, state_dtype: str = "auto", engine: str | None = "vllm",
-           ssm_state_dtype: str = "auto",
+           ssm_state_dtype: str = "auto", pp: int | None = None,
            kernel_tables: str = "auto", profile=None, cross_check: bool = False) -> Plan:
-    """Search every split of `num_gpus` (or the one given by `tp` / `dp_attention` / `ep`) at
+    """Search every split of `num_gpus` (or the one given by `tp` / `dp_attention` / `ep` / `pp`) at
     batches of powers of two per group up to the memory cap (or the one `batch` of the whole
     deployment), and pick the best point meeting `ttft_ms` and `tpot_ms` (see `Plan`).
     `engine` (engines.ENGINES; None: bounds only), `kernel_tables` (tables.TABLE_SOURCES) and
     `profile` (a profile dict or its JSON file) set the estimate; `cross_check` adds
     aiconfigurator-core's own engine at the best point. `model_path` names the model in the
-    commands (default: the preset's Hugging Face repo). Raises MLAError on bad input."""
+    commands (default: the preset's Hugging Face repo). `gpus_per_node` None: the GPU's NVLink
+    domain (inputs.default_gpus_per_node: 72 on an NVL72, else 8). Raises MLAError on bad input."""
     check_int("num_gpus", num_gpus, maximum=MAX_GPUS)
+    if gpus_per_node is None:
+        gpus_per_node = default_gpus_per_node(gpu)
+    if pp is not None:
+        check_int("pp", pp, maximum=MAX_PP)
     check_workload(workload)
     _check_price(usd_per_gpu_hour)
     slo = _slo(ttft_ms, tpot_ms)
@@ -467,17 +538,19 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
                       kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization, internode_gbps=internode_gbps,
                       link_bandwidth_Bps=link_bandwidth_Bps, block_size=block_size, reserve_bytes=reserve_bytes,
                       mla_path=mla_path, state_dtype=state_dtype, ssm_state_dtype=ssm_state_dtype)
-    if tp is not None or dp_attention is not None or ep is not None:
-        t = tp if tp is not None else num_gpus
-        chosen = [(t, bool(dp_attention), ep if ep is not None else 1)]
+    given = tp is not None or dp_attention is not None or ep is not None or pp is not None
+    if given:
+        stages_ = pp if pp is not None else 1
+        t = tp if tp is not None else max(1, num_gpus // stages_)
+        chosen = [(t, bool(dp_attention), ep if ep is not None else 1, stages_)]
     else:
         chosen = splits(model, num_gpus, gpus_per_node)
         if gpu.link_GBps is None and link_bandwidth_Bps is None:
             chosen = [s for s in chosen if s[0] == 1]
     points, summaries = [], []
-    for t, dp, e in chosen:
-        dep = check_deployment(model, replace(base, tp=t, dp_attention=dp, ep=e))
-        group = replace(dep, num_gpus=dep.tp)
+    for t, dp, e, stages_ in chosen:
+        dep = check_deployment(model, replace(base, tp=t, dp_attention=dp, ep=e, pp=stages_))
+        group = replace(dep, num_gpus=dep.group_gpus)
         sp = replace(_prepare_group_cached(model, group, workload, est), dep=dep)
         max_batch = sp.max_batch_per_replica * dep.replicas
         if batch is not None:
@@ -491,12 +564,13 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
         if best is not None:
             best = replace(best, limit=_limit(best, sp, slo, workload, batch))
         summaries.append(SplitSummary(dep.split, t, dep.dp_attention and t > 1, e, dep.replicas, max_batch, best,
-                                      sp.reason or ("" if best else "no batch meets the SLOs")))
+                                      sp.reason or ("" if best else "no batch meets the SLOs"), pp=stages_,
+                                      moe_tp=dep.moe_tp))
     candidates = [s.best for s in summaries if s.best is not None]
     best = max(candidates, key=_rank, default=None)
     feasible = [p for p in points if p.fits or batch is not None]
     notes = list(model.notes) + ([draft_note] if draft_note else [])
-    if tp is None and dp_attention is None and ep is None:
+    if not given:
         from ..kv import divisors
 
         skipped = [t for t in divisors(num_gpus) if group_layout_error(t, gpus_per_node)]
@@ -514,13 +588,12 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
     elif best is not None:
         from .commands import launch_commands
 
-        launch = launch_commands(model, replace(base, tp=best.tp, dp_attention=best.dp_attention, ep=best.ep),
-                                 workload, best, model_path=model_path)
+        launch = launch_commands(model, _dep_of(base, best), workload, best, model_path=model_path)
         vllm, sglang = launch["vllm_command"], launch["sglang_command"]
         notes += launch["notes"]
     breakdown = check = None
     if best is not None and est is not None:
-        best_dep = replace(base, tp=best.tp, dp_attention=best.dp_attention, ep=best.ep)
+        best_dep = _dep_of(base, best)
         breakdown = estimate_breakdown(model, best_dep, workload, best, est)
         if cross_check:
             from .aic import cross_check as aic_check
@@ -534,6 +607,11 @@ def search(model: ModelSpec, gpu: GPU, *, num_gpus: int, workload: Workload, gpu
                 estimate=breakdown, cross_check=check)
 
 
+def _dep_of(base: Deployment, p: Point) -> Deployment:
+    """The deployment of a point's split."""
+    return replace(base, tp=p.tp, dp_attention=p.dp_attention, ep=p.ep, pp=p.pp)
+
+
 def estimate_breakdown(model: ModelSpec, dep: Deployment, wl: Workload, point: Point, est: Estimator) -> dict:
     """The point's Estimate as a dict, with `bound` (the bound's TTFT, TPOT, tokens/s per user and
     per GPU beside it), `decode_step` and `prefill` (step.StepEstimate.to_dict: every op's time,
@@ -541,7 +619,7 @@ def estimate_breakdown(model: ModelSpec, dep: Deployment, wl: Workload, point: P
     chain in precedence order, each table's `describe()`: what it holds and corrects)."""
     from .engines import engine_rules
 
-    group = replace(dep, num_gpus=dep.tp)
+    group = replace(dep, num_gpus=dep.group_gpus)
     b_rep = point.batch_per_replica
     decode = _decode_estimate_cached(model, group, wl, b_rep, est, point.step_time_s)
     sp = _prepare_group_cached(model, group, wl, est)

@@ -175,15 +175,17 @@ def layer_shapes(model: ModelSpec, tp: int, dp: bool, kv_dtype: str, state_dtype
 # --- the ops of a forward pass --------------------------------------------------------------------
 
 def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs: int = 0, context: int = 0,
-                prefill_tokens: int = 0, prefix: int = 0, graph: bool = True,
-                group_prefill_tokens: int | None = None) -> list:
+                prefill_tokens: int = 0, prefix: int = 0, graph: bool = True, prefill_seqs: int = 1,
+                prefill_ranks: int = 1, group_prefill_tokens: int | None = None) -> list:
     """The ops of one forward pass on the busiest GPU of `dep`'s group: `decode_seqs` sequences
     of the group (at `context` cached tokens, k + 1 tokens each) and a prefill chunk of
-    `prefill_tokens` new tokens after `prefix` cached ones (0 for a pure decode step).
-    `graph` whether the step runs inside a CUDA graph (the collectives' variant).
-    `group_prefill_tokens`: under DP-attention, the prefill tokens of the whole group that enter
-    its MLP / experts and their collectives when every GPU prefills a chunk of its own (a prefill
-    pool); None: this GPU's chunk alone."""
+    `prefill_tokens` new tokens after `prefix` cached ones (0 for a pure decode step), for each of
+    `prefill_seqs` sequences prefilled together on this GPU's attention (a prefill server batching
+    requests into one chunk; each sequence its own attention); with DP-attention `prefill_ranks`
+    of the group's GPUs prefill at once (1: one request's TTFT, the others idle; tp: a full step).
+    `group_prefill_tokens` (DP-attention) sets the group's prefill tokens through the MLP / experts
+    directly instead (every GPU prefilling a chunk of its own: a prefill pool, a replayed step).
+    `graph` whether the step runs inside a CUDA graph (the collectives' variant)."""
     from ..kv import resolve_kv_dtype
     from ..params import expert_and_other_dtypes
     from ..units import weight_bytes
@@ -196,9 +198,10 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
     k1 = wl.spec_tokens + 1
     b_gpu = -(-decode_seqs // tp) if dp else decode_seqs
     dec_gpu = b_gpu * k1  # decode tokens through this GPU's attention side
-    t_attn = dec_gpu + prefill_tokens
-    t_group = decode_seqs * k1 + (prefill_tokens if group_prefill_tokens is None or not dp
-                                  else group_prefill_tokens)  # tokens through the group's MLP
+    pre_gpu = prefill_tokens * prefill_seqs  # prefill tokens through this GPU's attention side
+    t_attn = dec_gpu + pre_gpu
+    group_pre = group_prefill_tokens if (dp and group_prefill_tokens is not None) else pre_gpu * (prefill_ranks if dp else 1)
+    t_group = decode_seqs * k1 + group_pre  # tokens through the group's MLP
     t_mlp = t_group
     wdtype = _wdtype(model, dep)
     expert_dtype, other = expert_and_other_dtypes(model, wdtype)
@@ -249,9 +252,10 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                         token_bytes=kv_tok, flops_per_token=att.decode_flops))
                     gemm("W_UV (absorbed)", lab, calls, dec_gpu, n_h * d_v, d_c, "bf16")
                 if prefill_tokens:
-                    gemm("kv_b", lab, calls, prefill_tokens + prefix, n_h * (nope + d_v), d_c)
+                    gemm("kv_b", lab, calls, (prefill_tokens + prefix) * prefill_seqs, n_h * (nope + d_v), d_c)
                     ops.append(AttentionPrefill(
-                        "attention (MHA)", calls, lab, kind="mla_mha", tokens=prefill_tokens, prefix=prefix,
+                        "attention (MHA)", calls * prefill_seqs, lab, kind="mla_mha", tokens=prefill_tokens,
+                        prefix=prefix,
                         num_heads=n_h, num_kv_heads=n_h, k_dim=nope + rope, v_dim=d_v, window=window or 0,
                         pairs=pairs, flops_per_pair=att.prefill_flops))
                 o_in = n_h * d_v
@@ -270,7 +274,8 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                         token_bytes=kv_tok / n_kv, flops_per_token=att.decode_flops))
                 if prefill_tokens:
                     ops.append(AttentionPrefill(
-                        "attention", calls, lab, kind=op_kind, tokens=prefill_tokens, prefix=prefix, num_heads=n_h,
+                        "attention", calls * prefill_seqs, lab, kind=op_kind, tokens=prefill_tokens, prefix=prefix,
+                        num_heads=n_h,
                         num_kv_heads=n_kv, k_dim=d_h, v_dim=d_v, window=window or 0, pairs=pairs,
                         flops_per_pair=att.prefill_flops))
                 o_in = n_h * d_v
@@ -279,7 +284,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
             gemm("o_proj", lab, calls, t_attn, h, o_in)
         if rec is not None:
             gemm("mixer projections", lab, n, t_attn, max(1, rec.params // h), h)
-            for batch, tokens, name in ((b_gpu, k1, "state update"), (1, prefill_tokens, "scan")):
+            for batch, tokens, name in ((b_gpu, k1, "state update"), (prefill_seqs, prefill_tokens, "scan")):
                 if batch and tokens:
                     ops.append(Recurrent(name, n, lab, kind=rec.kind, batch=batch, tokens=tokens,
                                          state_elements=rec.elements, state_bytes=rec.state_bytes / max(rec.elements, 1),
@@ -301,7 +306,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
             gemm("router", lab, n, t_route, e + moe.zero_experts, h, "bf16", stream="routed")
             elem("top-k", lab, n, t_route * (e + moe.zero_experts) * 4, stream="routed")
             ep = dep.ep if dep.ep > 1 else 1
-            moe_tp = 1 if ep > 1 else tp
+            moe_tp = tp // ep  # moe_tp x ep = tp (TensorRT-LLM's moe_tp_size x moe_ep_size)
             op = MoE("routed experts", n, lab, "routed", tokens=max(1, t_group), hidden=h,
                      inter=moe.moe_intermediate_size, topk=k, num_experts=e, experts_local=max(1, e // ep),
                      moe_tp=moe_tp, dtype=expert_dtype)
@@ -315,13 +320,15 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                 gemm("shared experts gate_up", lab, n, t_mlp, 2 * sw, h, stream="shared")
                 elem("shared experts activation", lab, n, 3 * t_mlp * sw * ACT, stream="shared")
                 gemm("shared experts down", lab, n, t_mlp, h, sw, stream="shared")
-    # once a step
+    # once a step (a pipeline stage: the embedding on the first, the final norm, LM head and sampling on the last)
     lab = "once a step"
-    elem("embedding", lab, 1, 2 * t_attn * h * ACT)
-    elem("final norm", lab, 1, 4 * t_attn * h * ACT)
-    sampled = dec_gpu + (1 if prefill_tokens else 0)
+    if model.holds_embedding:
+        elem("embedding", lab, 1, 2 * t_attn * h * ACT)
+    if model.holds_lm_head:
+        elem("final norm", lab, 1, 4 * t_attn * h * ACT)
+    sampled = dec_gpu + (prefill_seqs if prefill_tokens else 0)
     vocab = model.vocab_size or 0
-    if vocab and sampled:
+    if vocab and sampled and model.holds_lm_head:
         v_gpu = vocab if dp else -(-vocab // tp)
         gemm("lm_head", lab, 1, sampled, v_gpu, h, "bf16")
         nodes = -(-tp // min(tp, dep.gpus_per_node))
@@ -357,7 +364,14 @@ class StepEstimate:
     """One step's estimate. `time_s` = `gpu_s` + `overhead_s`; `gpu_s` the ops summed with the
     engine's overlaps (`overlap_saved_s` what they hid), eagerly launched kernels no shorter
     than a launch when not `captured`; `bound_s` the step's bound (bound.py); `ops` every
-    OpTime; `tokens` the tokens the step processes on the group."""
+    OpTime; `tokens` the tokens the step processes on the group.
+
+    Over `stages` > 1 pipeline stages (`estimate_pipeline`): `ops` holds every stage's ops (their
+    `layer` says the stage) and the PP sends; `stage_gpu_s` each stage's summed ops; `gpu_s` the
+    pipeline's time between a sequence's tokens (bound.pipeline_time: the stages and sends of one
+    micro-batch, or the slowest stage times the micro-batches, whichever is longer);
+    `interval_s` the slowest stage's time plus the overhead: how often the replica finishes a
+    micro-batch in steady state (= `time_s` at one stage)."""
 
     phase: str
     time_s: float
@@ -368,8 +382,15 @@ class StepEstimate:
     bound_s: float
     tokens: int
     ops: tuple[OpTime, ...]
+    stages: int = 1
+    stage_gpu_s: tuple[float, ...] = ()
+    interval_s: float = 0.0
+    stage_labels: tuple[str, ...] = ()  # the distinct stages' names ('stage 1 of 4', 'stage 2 of 4 and 1 like it')
+    stage_op_counts: tuple[int, ...] = ()  # ops of each distinct stage, in `ops` order (the PP sends follow)
 
     def __post_init__(self):
+        if not self.interval_s:
+            object.__setattr__(self, "interval_s", self.time_s)
         by_class: dict[str, float] = {}
         by_source: dict[str, float] = {}
         measured = total = 0.0
@@ -399,10 +420,16 @@ class StepEstimate:
         return self._notes
 
     def to_dict(self, ops: bool = True) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "ops" and not k.startswith("_")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("ops", "stage_op_counts") and not k.startswith("_")}
         d["by_class_s"] = self.by_class()
         if ops:
             d["ops"] = [o.to_dict() for o in self.ops]
+            if self.stage_op_counts:  # say which stage each op runs on
+                i = 0
+                for label, n in zip(self.stage_labels, self.stage_op_counts):
+                    for o in d["ops"][i:i + n]:
+                        o["layer"] = f"{label}: {o['layer']}"
+                    i += n
         return d
 
 
@@ -439,7 +466,7 @@ def step_time(times: list[OpTime], rules: EngineRules, *, captured: bool, overla
 
 def estimate_step(model: ModelSpec, dep: Deployment, wl: Workload, tables, rules: EngineRules, *,
                   decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0, prefix: int = 0,
-                  bound_s: float = 0.0) -> StepEstimate:
+                  bound_s: float = 0.0, prefill_seqs: int = 1, prefill_ranks: int = 1) -> StepEstimate:
     """One step on `dep`'s group (its busiest GPU): the ops (`forward_ops`), their times from
     `tables` (tables.KernelTables), summed by `step_time`. A decode step of at most the engine's
     graph batch per GPU is captured; a step with prefill tokens never is."""
@@ -448,12 +475,73 @@ def estimate_step(model: ModelSpec, dep: Deployment, wl: Workload, tables, rules
     b_gpu = -(-decode_seqs // tp) if dp else decode_seqs
     captured = prefill_tokens == 0 and 0 < b_gpu <= rules.graph_max_batch(dep.gpu.memory_GB, tp)
     ops = forward_ops(model, dep, wl, decode_seqs=decode_seqs, context=context, prefill_tokens=prefill_tokens,
-                      prefix=prefix, graph=captured)
+                      prefix=prefix, graph=captured, prefill_seqs=prefill_seqs, prefill_ranks=prefill_ranks)
     times = [op.time(tables) for op in ops]
-    tokens = decode_seqs * (wl.spec_tokens + 1) + prefill_tokens
+    tokens = decode_seqs * (wl.spec_tokens + 1) + prefill_tokens * prefill_seqs
     gpu, overhead, saved = step_time(times, rules, captured=captured, overlap_tokens=tokens)
     phase = "mixed" if (decode_seqs and prefill_tokens) else ("prefill" if prefill_tokens else "decode")
     return StepEstimate(phase, gpu + overhead, gpu, overhead, saved, captured, bound_s, tokens, tuple(times))
+
+
+def pp_send_ops(model: ModelSpec, dep: Deployment, tokens: int, graph: bool = True) -> list:
+    """The PP sends of one micro-batch of `tokens` tokens passing every stage: a Collective 'send'
+    of bound.pp_send_bytes per GPU for each of the pp - 1 boundaries, within a node or across
+    nodes (bound.pp_boundaries). [] at pp 1."""
+    from .bound import pp_boundaries, pp_send_bytes
+
+    if dep.pp == 1 or tokens <= 0:
+        return []
+    size = pp_send_bytes(model, dep, tokens)
+    within, across = pp_boundaries(dep)
+    return [Collective("PP send", n, "between stages", op="send", bytes=size, ranks=2, nodes=nodes, graph=graph)
+            for n, nodes in ((within, 1), (across, 2)) if n]
+
+
+def estimate_pipeline(model: ModelSpec, dep: Deployment, wl: Workload, tables, rules: EngineRules, *,
+                      decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0, prefix: int = 0,
+                      bound_s: float = 0.0, prefill_seqs: int = 1, prefill_ranks: int = 1) -> StepEstimate:
+    """`estimate_step` over `dep.pp` pipeline stages (docs/model.md, "Deployments"): the replica's
+    `decode_seqs` sequences in bound.micro_batches micro-batches, each stage's step of one
+    micro-batch estimated on its own layers (bound.stages), the PP sends between them
+    (`pp_send_ops`), combined by bound.pipeline_time; the engine's overhead once a step (see
+    StepEstimate). At pp 1 it is `estimate_step`."""
+    if dep.pp == 1:
+        return estimate_step(model, dep, wl, tables, rules, decode_seqs=decode_seqs, context=context,
+                             prefill_tokens=prefill_tokens, prefix=prefix, bound_s=bound_s, prefill_seqs=prefill_seqs,
+                             prefill_ranks=prefill_ranks)
+    from .bound import micro_batches, pipeline_time, stages
+
+    m, micro = micro_batches(dep.pp, decode_seqs) if decode_seqs else (1, 0)
+    distinct = stages(model, dep)
+    steps = [(estimate_step(st, dep, wl, tables, rules, decode_seqs=micro, context=context,
+                            prefill_tokens=prefill_tokens, prefix=prefix, prefill_seqs=prefill_seqs,
+                            prefill_ranks=prefill_ranks), n) for st, n in distinct]
+    k1 = wl.spec_tokens + 1
+    captured = all(st.captured for st, _ in steps)
+    sends = [op.time(tables) for op in pp_send_ops(model, dep, micro * k1 + prefill_tokens * prefill_seqs,
+                                                    graph=captured)]
+    send_s = math.fsum(o.time_s for o in sends)
+    gpu = pipeline_time([(st.gpu_s, n) for st, n in steps], send_s, m)
+    # every stage's ops once per stage that runs them (OpTime.calls x the stages), then the sends
+    ops = tuple(o if n == 1 else _times_n(o, n) for st, n in steps for o in st.ops) + tuple(sends)
+    overhead = rules.step_overhead_s
+    stage_gpu = tuple(st.gpu_s for st, n in steps for _ in range(n))
+    return StepEstimate(steps[0][0].phase, gpu + overhead, gpu, overhead,
+                        math.fsum(st.overlap_saved_s * n for st, n in steps), captured, bound_s,
+                        decode_seqs * k1 + prefill_tokens * prefill_seqs, ops, stages=dep.pp, stage_gpu_s=stage_gpu,
+                        interval_s=max(stage_gpu) + overhead,
+                        stage_labels=tuple(f"{distinct[i][0].name.rsplit(' (', 1)[-1].rstrip(')')}"
+                                           + (f" and {n - 1} like it" if n > 1 else "")
+                                           for i, (_, n) in enumerate(steps)),
+                        stage_op_counts=tuple(len(st.ops) for st, _ in steps))
+
+
+def _times_n(o: OpTime, n: int) -> OpTime:
+    """An OpTime for `n` stages that run it alike: calls, time, roofline, bytes and flops x n."""
+    from dataclasses import replace as _replace
+
+    return _replace(o, calls=o.calls * n, time_s=o.time_s * n, roofline_s=o.roofline_s * n, bytes=o.bytes * n,
+                    flops=o.flops * n)
 
 
 # --- a point's estimate ---------------------------------------------------------------------------
@@ -528,8 +616,9 @@ def point_estimate(decode: StepEstimate, prefill: tuple[StepEstimate, ...], dep:
     b_rep = -(-batch // dep.replicas)
     dp = dep.dp_attention and dep.tp > 1
     prefill_rounds = -(-b_rep // dep.tp) if dp else b_rep
-    cycle = prefill_rounds * ttft + max(wl.output_len - 1, 0) / tps * decode.time_s
-    out_gpu = b_rep * wl.output_len / cycle / dep.tp if cycle > 0 else 0.0
+    # requests prefill one after another (pp of them in flight over the stages: one every interval)
+    cycle = prefill_rounds * math.fsum(s.interval_s for s in prefill) + max(wl.output_len - 1, 0) / tps * decode.time_s
+    out_gpu = b_rep * wl.output_len / cycle / dep.group_gpus if cycle > 0 else 0.0
     notes = sorted(decode.notes.union(*(s.notes for s in prefill)))
     conf = confidence(decode)
     source = describe_sources(decode, *prefill)

@@ -180,6 +180,10 @@ UNCALIBRATED_COLLECTIVE: dict[str, tuple[float, float, float, str]] = {
     "reduce_scatter": (5.0e-6, 20e-6, 1.0,
                        "floor: aiconfigurator-core 0.12.0 H200 NCCL table, smallest reduce_scatter 5.0 us; efficiency "
                        "as all_reduce"),
+    "send": (5.0e-6, 20e-6, 1.0,
+             "a pipeline stage's point-to-point send: the floor of the smallest 2-GPU all_gather in "
+             "aiconfigurator-core 0.12.0's H200 NCCL table (5.0 us, one message each way), across nodes as the other "
+             "collectives; efficiency as all_reduce (aiconfigurator-core measures no point-to-point send)"),
     "all_to_all": (45e-6, 77e-6, 0.95,
                    "DeepEP README: normal kernels reach 153 GB/s of H800's ~160 GB/s NVLink (0.95); floor across nodes: "
                    "low-latency dispatch at EP8, 77 us (128 tokens); within a node: aiconfigurator-core 0.12.0 H200 "
