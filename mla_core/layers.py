@@ -281,8 +281,30 @@ def attention_cache(att, window: int | None = None, chunk: int | None = None,
 
 # --- MHA / GQA / MQA ----------------------------------------------------------------------------
 
+class _PerTokenAttention(CacheSpec):
+    """What every per-token attention cache of one entry a token shares (full, sliding, chunked,
+    MLA): entries held by the one tokens-held rule, bytes = `entry_bytes` x entries, causal prefill
+    pairs with its window or chunk, `num_heads` query heads split over TP."""
+
+    def tokens_held(self, context, block_size=None):
+        return held_tokens(context, self.window, self.chunk, block_size)
+
+    def bytes_per_token(self, p, tp=1, dp_attention=False):
+        return self.entry_bytes(p, tp, dp_attention)
+
+    def kv_bytes(self, context, p, tp=1, dp_attention=False, block_size=None):
+        return self.entry_bytes(p, tp, dp_attention) * self.tokens_held(context, block_size)
+
+    def prefill_pairs(self, input_len, new_tokens):
+        cached = input_len - new_tokens
+        return keys_before(input_len, self.window, self.chunk) - keys_before(cached, self.window, self.chunk)
+
+    def attention_heads(self, tp=1, dp_attention=False):
+        return heads_per_gpu(self.num_heads, tp, dp_attention)
+
+
 @dataclass(frozen=True)
-class FullAttention(CacheSpec):
+class FullAttention(_PerTokenAttention):
     """Full attention over every token: `num_kv_heads` K heads of `k_dim` and V heads of `v_dim`
     (K and V may differ: MiMo-V2), queried by `num_heads` heads.
     Per token: n_kv (row(d_k) + row(d_v)) bytes (+ the indexer's key)."""
@@ -300,8 +322,6 @@ class FullAttention(CacheSpec):
     window = None
     chunk = None
 
-    def tokens_held(self, context, block_size=None):
-        return held_tokens(context, self.window, self.chunk, block_size)
 
     def entry_bytes(self, p: Precision, tp: int = 1, dp_attention: bool = False) -> int:
         """Bytes of one cached token on one GPU: K and V rows of its KV heads + the index key."""
@@ -309,18 +329,6 @@ class FullAttention(CacheSpec):
         out = n_kv * (row_bytes(self.k_dim, p.kv) + row_bytes(self.v_dim, p.kv))
         return out + (self.indexer.bytes_per_entry(p) if self.indexer else 0)
 
-    def bytes_per_token(self, p, tp=1, dp_attention=False):
-        return self.entry_bytes(p, tp, dp_attention)
-
-    def kv_bytes(self, context, p, tp=1, dp_attention=False, block_size=None):
-        return self.entry_bytes(p, tp, dp_attention) * self.tokens_held(context, block_size)
-
-    def prefill_pairs(self, input_len, new_tokens):
-        cached = input_len - new_tokens
-        return keys_before(input_len, self.window, self.chunk) - keys_before(cached, self.window, self.chunk)
-
-    def attention_heads(self, tp=1, dp_attention=False):
-        return heads_per_gpu(self.num_heads, tp, dp_attention)
 
     def op_shape(self, model, p, tp=1, dp_attention=False):
         per_head = self.flops_per_key() // self.num_heads
@@ -435,7 +443,7 @@ MLA_PATHS = ("absorbed", "recompute", "expanded")
 
 
 @dataclass(frozen=True)
-class MLAttention(CacheSpec):
+class MLAttention(_PerTokenAttention):
     """Multi-head latent attention (DeepSeek-V2 section 2.1): the latent c_KV of d_c and the
     decoupled RoPE key of d_r per token, shared by all `num_heads` heads (no head axis: whole on
     every TP rank); `layout` 'expanded' caches per-head K (d_nope + d_r) and V (d_v) instead.
@@ -459,8 +467,6 @@ class MLAttention(CacheSpec):
     def kind(self) -> str:  # the tokens rule, as the JSON always named MLA layers
         return "sliding" if self.window is not None else "chunked" if self.chunk is not None else "full"
 
-    def tokens_held(self, context, block_size=None):
-        return held_tokens(context, self.window, self.chunk, block_size)
 
     def entry_bytes(self, p: Precision, tp: int = 1, dp_attention: bool = False) -> int:
         d_c, d_r = self.kv_lora_rank, self.qk_rope_head_dim
@@ -473,18 +479,6 @@ class MLAttention(CacheSpec):
             out = row_bytes(d_c + d_r, p.kv)
         return out + (self.indexer.bytes_per_entry(p) if self.indexer else 0)
 
-    def bytes_per_token(self, p, tp=1, dp_attention=False):
-        return self.entry_bytes(p, tp, dp_attention)
-
-    def kv_bytes(self, context, p, tp=1, dp_attention=False, block_size=None):
-        return self.entry_bytes(p, tp, dp_attention) * self.tokens_held(context, block_size)
-
-    def prefill_pairs(self, input_len, new_tokens):
-        cached = input_len - new_tokens
-        return keys_before(input_len, self.window, self.chunk) - keys_before(cached, self.window, self.chunk)
-
-    def attention_heads(self, tp=1, dp_attention=False):
-        return heads_per_gpu(self.num_heads, tp, dp_attention)
 
     def op_shape(self, model, p, tp=1, dp_attention=False):
         n = self.num_heads
