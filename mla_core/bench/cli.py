@@ -42,6 +42,7 @@ import time
 
 from ..errors import MLAError
 from ..store.files import check_out, write_json
+from .console import _Bar, _cancel_on_sigterm, _int, _one_line, _short  # noqa: F401
 from .config import DEVICE_CHOICES, DTYPE_CHOICES, KERNELS, MAX_BATCH, MAX_CONTEXT, MAX_HEADS
 
 PROG = "mla_core bench"
@@ -77,20 +78,6 @@ def _int_list(name: str, maximum: int, suffixes: bool = False):
         if len(set(out)) != len(out):
             raise argparse.ArgumentTypeError(f"{name} lists a value twice: {_short(text)}")
         return tuple(out)
-
-    parse.__name__ = name
-    return parse
-
-
-def _int(name: str, minimum: int, maximum: int):
-    def parse(text: str) -> int:
-        t = str(text).strip().replace("_", "")
-        if not t.isdigit() or len(t) > 12:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {_short(text)}")
-        v = int(t)
-        if not minimum <= v <= maximum:
-            raise argparse.ArgumentTypeError(f"{name} must be between {minimum:,} and {maximum:,}, got {v:,}")
-        return v
 
     parse.__name__ = name
     return parse
@@ -133,11 +120,6 @@ def _kernels(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("--kernels needs at least one kernel")
     return names
-
-
-def _short(text) -> str:
-    text = str(text)
-    return repr(text if len(text) <= 30 else text[:27] + "...")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,32 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", help="label of the saved run (with --save)")
     p.add_argument("--validate", metavar="FILE.json", help="check a result file against the schema and exit")
     return p
-
-
-class _Bar:
-    """A one-line progress bar on stderr (\\r-redrawn); cleared before any error line."""
-
-    def __init__(self, stream, enabled: bool):
-        self.stream = stream
-        self.enabled = enabled
-        self.t0 = time.perf_counter()
-        self.drawn = False
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        if not self.enabled:
-            return
-        width = 24
-        fill = int(width * done / max(total, 1))
-        text = f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} {time.perf_counter() - self.t0:5.1f}s {label}"
-        self.stream.write(text[:110].ljust(110))
-        self.stream.flush()
-        self.drawn = True
-
-    def clear(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * 110 + "\r")
-            self.stream.flush()
-            self.drawn = False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,25 +288,6 @@ def _report_history() -> None:
             print(_one_line(f"{PROG}: note: {n['text']}"), file=sys.stderr)
     except MLAError:
         pass  # an unreadable history is reported when the run is saved
-
-
-@contextlib.contextmanager
-def _cancel_on_sigterm(cancel: threading.Event):
-    """While running, SIGTERM sets `cancel`: the run stops at the next repetition, frees its
-    memory and exits 2 with one line (only from the main thread, where signals arrive)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda signum, frame: cancel.set())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:600]
 
 
 def _validate_file(path: str) -> int:

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import _int
+    from .console import _int
     from .config import DEVICE_CHOICES, DTYPE_CHOICES
 
     p = _Parser(prog=PROG, description="Measure the model's own op shapes on this device (every GEMM per GPU after "
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point (`mla_core.bench.cli.main` dispatches `--profile` here). Returns the exit status."""
     from ..store.files import check_out as _check_out
     from ..store.files import write_json as _write_json
-    from .cli import _Bar, _cancel_on_sigterm, _one_line
+    from .console import _Bar, _cancel_on_sigterm, _one_line
 
     argv = sys.argv[1:] if argv is None else list(argv)
     bar = _Bar(sys.stderr, False)
