@@ -230,3 +230,17 @@ def test_memory_breakdown_adds_up():
     assert b["weights"] + b["reserve"] + b["headroom"] == b["memory"] + b["over"] and b["over"] > 0
     with pytest.raises(MLAError):
         memory_breakdown(capacity(load_model("llama-3.1-8b"), context=10, kv_budget_bytes=1 << 30))
+
+
+def test_an_mla_model_in_bf16_is_told_what_fp8_would_hold():
+    at = run_page(PAGE, **dict(V3_8xH200, kv_dtype="bf16"))
+    no_exceptions(at)
+    bf16, fp8 = core(kv_dtype="bf16"), core(kv_dtype="fp8")
+    assert fp8["max_concurrent_requests"] > bf16["max_concurrent_requests"] > 0
+    note = texts(at.info)
+    assert (f"would hold {fp8['max_concurrent_requests']:,} whole requests of 128K tokens at once instead of "
+            f"{bf16['max_concurrent_requests']:,} "
+            f"({fp8['max_concurrent_requests'] / bf16['max_concurrent_requests']:.2f}x)") in note
+    # already at fp8, or a model without MLA: nothing to say
+    for query in (V3_8xH200, dict(V3_8xH200, model="llama-3.1-70b", kv_dtype="bf16")):
+        assert "would hold" not in texts(run_page(PAGE, **query).info)
