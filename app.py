@@ -5,7 +5,7 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 import streamlit as st
 
 from mla_core.units import KV_DTYPES, TOKEN_RULE
-from ui import charts, models, params, state, whatif
+from ui import charts, layout, models, params, state, whatif
 
 state.init()
 present = bool(st.session_state["present"])
@@ -43,6 +43,7 @@ page = st.navigation(PAGES)
 with st.sidebar:
     st.header("Shared settings")
     st.caption("They hold on every page, and the URL carries them: copy it to share this view.")
+    layout.copy_link_button()
     options = params.model_options()
     if not st.session_state.get("config"):
         options = [o for o in options if o != params.UPLOAD]

@@ -49,6 +49,10 @@ def sections(tiny: bool):
     import element_costs
 
     out.append(("8. What one Streamlit element costs a served rerun", lambda: element_costs.run(tiny=tiny)))
+    import browser
+
+    out.append(("9. What a user waits for in a real browser (chromium): each slider and number box against "
+                "the trivial app", lambda: browser.run(rounds=1 if tiny else 12, tiny=tiny)))
     return out
 
 

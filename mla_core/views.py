@@ -164,6 +164,7 @@ class KVSweep(_View):
     series: tuple[Series, ...]
     second: Series | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    same_as: dict = field(default_factory=dict)  # label -> the earlier line it coincides with (views.same_as)
 
 
 def sweep_contexts(context: int, points: int = 128):
@@ -197,7 +198,8 @@ def kv_sweep(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "au
         y = tuple(int(n) for n in kv_cache_bytes_vs_context(second, xs, batch, d2, block_size=block_size))
         here = int(kv_cache_bytes_vs_context(second, [context], batch, d2, block_size=block_size)[0])
         two = Series(f"{second.name} ({second.kind.upper()}, {resolve_kv_dtype(second, d2)})", x, y, context, here)
-    return KVSweep(context, batch, tuple(out), two)
+    return KVSweep(context, batch, tuple(out), two,
+                   same_as=same_as((s.label, s.y) for s in (*out, *([two] if two else []))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,6 +621,7 @@ class CapacityVariants(_View):
     rows: tuple[dict, ...]
     series: tuple[Series, ...]
     gqa_groups: int | None
+    same_as: dict = field(default_factory=dict)  # label -> the earlier line it coincides with (views.same_as)
 
 
 def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: int = 0) -> CapacityVariants:
@@ -641,7 +644,7 @@ def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: 
                                            tp=view.tp, dp_attention=view.dp_attention)
         series.append(Series(label, x, tuple(int(c) for c in n), kw["context"], r["max_concurrent_requests"],
                              r["is_model"]))
-    return CapacityVariants(tuple(rows), tuple(series), groups)
+    return CapacityVariants(tuple(rows), tuple(series), groups, same_as((s.label, s.y) for s in series))
 
 
 @dataclass(frozen=True)
@@ -785,26 +788,57 @@ def claims_view(claims: list[dict], *, topics=(), verdicts=(), sources=()) -> Cl
 # ---------------------------------------------------------------------------------------------
 # Shared by the pages' charts and tables
 
-def same_as(lines) -> dict[str, str]:
-    """{label: the earlier label whose values are the same}, for `lines` of (label, values):
-    lines that would be drawn exactly on top of each other (GQA-8 under MQA when TP 8 leaves
-    one KV head a GPU; two serving splits with the same frontier), so a legend can say
-    "same as X" instead of hiding one. Values compare equal as sequences (ints, floats, None)."""
-    out: dict[str, str] = {}
-    seen: list[tuple[str, tuple]] = []
-    for label, values in lines:
-        key = tuple(values)
-        match = next((first for first, other in seen if other == key), None)
-        if match is not None:
-            out[label] = match
-        else:
-            seen.append((label, key))
+SAME_AS_REL_TOL = 0.03  # within 3% at every point: about a pixel apart on a log axis of 3 decades in 300 px
+
+
+def _flat(values) -> list:
+    out = []
+    for x in values:
+        out.extend(_flat(x) if isinstance(x, (tuple, list)) else [x])
     return out
 
 
-def legend_name(label: str, same: dict[str, str]) -> str:
-    """`label`, with "(same as X)" when `same` (from `same_as`) says it coincides with X."""
-    return f"{label} (same as {same[label]})" if label in same else label
+def _close(a: list, b: list, rel_tol: float) -> bool | None:
+    """True: equal; False: within rel_tol at every value (None matches only None); None: apart."""
+    if len(a) != len(b):
+        return None
+    exact = True
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if x is None or y is None or abs(x - y) > rel_tol * max(abs(x), abs(y)):
+            return None
+        exact = False
+    return exact
+
+
+def same_as(lines, rel_tol: float = SAME_AS_REL_TOL) -> dict[str, tuple[str, bool]]:
+    """{label: (the earlier label it coincides with, exactly)} for `lines` of (label, values):
+    lines that would be drawn on top of each other (GQA-8 under MQA when TP 8 leaves each one KV
+    head a GPU; two serving splits that reach the same points), so a legend can say so instead
+    of hiding one. Values (numbers, None, or tuples of them) coincide when every pair is equal,
+    or within `rel_tol` of each other (exactly: False)."""
+    out: dict[str, tuple[str, bool]] = {}
+    seen: list[tuple[str, list]] = []
+    for label, values in lines:
+        flat = _flat(values)
+        for first, other in seen:
+            exact = _close(flat, other, rel_tol)
+            if exact is not None:
+                out[label] = (first, exact)
+                break
+        else:
+            seen.append((label, flat))
+    return out
+
+
+def legend_name(label: str, same: dict) -> str:
+    """`label`, with "(same as X)" or "(within 3% of X)" when `same` (from `same_as`) says it
+    coincides with X."""
+    if label not in same:
+        return label
+    other, exact = same[label]
+    return f"{label} ({'same as' if exact else f'within {SAME_AS_REL_TOL:.0%} of'} {other})"
 
 
 def command_lines(command: str | None) -> str | None:
@@ -866,8 +900,8 @@ def kv_ratio(first: KVSummary, second: KVSummary) -> KVRatio:
 @dataclass(frozen=True)
 class FrontierLine(_View):
     """One split's points that fit, in batch order: `label` (the split), `x` tokens/s per user,
-    `y` tokens/s per GPU, `points` (the serving.Point of each marker), `same_as` (the earlier
-    split whose markers coincide with these, or '')."""
+    `y` tokens/s per GPU, `points` (the serving.Point of each marker), `same_as` ("same as X" or
+    "within 3% of X" when an earlier split's markers coincide with these, else '')."""
 
     label: str
     x: tuple[float, ...]
@@ -916,7 +950,8 @@ def serving_frontier(plan) -> ServingFrontier:
         x_slo = 1000.0 / plan.tpot_ms
         region = (x_slo, max(max(xs) * 2, x_slo * 2), min(ys) / 2, max(ys) * 2)
     best = (plan.best.tokens_per_s_per_user, plan.best.tokens_per_s_per_gpu) if plan.best is not None else None
-    return ServingFrontier(tuple(FrontierLine(label, x, y, pts, same.get(label, "")) for label, x, y, pts in lines),
+    return ServingFrontier(tuple(FrontierLine(label, x, y, pts, legend_name(label, same)[len(label):].strip(" ()"))
+                                 for label, x, y, pts in lines),
                            tuple((p.tokens_per_s_per_user, p.tokens_per_s_per_gpu) for p in plan.pareto), best,
                            region)
 

@@ -16,7 +16,8 @@ from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens,
                             format_tokens_exact, gib_to_bytes)
 from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capacity_across_gpus, capacity_variants_view,
-                            capacity_view, configuration, configurations_by_context, memory_bars, mode_name)
+                            capacity_view, configuration, configurations_by_context, legend_name, memory_bars,
+                            mode_name)
 from ui import charts, layout, models, state
 from ui.text import csv_text, escape_md, frame
 
@@ -263,7 +264,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
         return
     fig = go.Figure()
     for s in cvv.series:
-        name = s.label + (" (this model)" if s.is_model else "")
+        name = legend_name(s.label, cvv.same_as) + (" (this model)" if s.is_model else "")
         y = [n if n else None for n in s.y]  # a log axis cannot show 0: the line stops where not one request fits
         fig.add_trace(dict(
             type="scatter", x=list(s.x), y=y, mode="lines", name=name,

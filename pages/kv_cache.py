@@ -13,7 +13,7 @@ from mla_core.errors import MLAError
 from mla_core.kv import layer_map as kv_layer_map
 from mla_core.presets import model_ids
 from mla_core.units import GiB, format_bytes, format_tokens
-from mla_core.views import kv_ratio, kv_summary, kv_sweep, kv_variants
+from mla_core.views import kv_ratio, kv_summary, kv_sweep, kv_variants, legend_name
 from mla_core.whatif import hand_set_values
 from ui import charts, layer_map, layout, models, params, state, text, whatif
 from ui.text import csv_text, escape_md, frame
@@ -244,7 +244,7 @@ def context_chart(model, kv_dtype, second=None):
     fig = go.Figure()
     lines = [*sw.series, *([sw.second] if sw.second else [])]
     for s in lines:
-        name = charts.plot_text(s.label + (" (this model)" if s.is_model else ""))
+        name = charts.plot_text(legend_name(s.label, sw.same_as) + (" (this model)" if s.is_model else ""))
         fig.add_trace(dict(
             type="scatter", x=list(s.x), y=[n / GiB for n in s.y], mode="lines", name=name,
             line={"color": "#000000" if s is sw.second else charts.color_for(s.label), "width": 4 if present else 2.5,

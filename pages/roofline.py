@@ -29,10 +29,9 @@ T, B, tp = v["context"], v["batch"], v["tp"]
 wdtype = None if v["weights_dtype"] == "auto" else v["weights_dtype"]
 
 
-def _legend_below(fig, rows: int = 2) -> None:
-    """Many traces: the legend goes under the plot, where it cannot run into the title."""
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2 - (0.05 if present else 0), "x": 0},
-                      margin={"b": (45 if present else 30) * rows + 70})
+def _legend_below(fig, per_row: int = 3) -> None:
+    """Many traces: the legend goes under the plot (charts.legend_below), clear of the axis title."""
+    charts.legend_below(fig, present=present, per_row=per_row)
 
 
 def _warn(text: str) -> None:
@@ -261,7 +260,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
                                       "tracegroupgap": 2},
                           margin={"t": 60, "b": 10})
     else:
-        _legend_below(fig, rows=3)
+        _legend_below(fig)
     charts.show(fig, "decode-roofline", key="_roofline_chart")
     if not present:
         st.caption("Filled markers: every query head on one GPU (TP 1, or DP-attention); the hollow marker is one "
@@ -372,7 +371,7 @@ def step_chart(model, gpu, kv_dtype, rv):
     charts.style(fig_r, title="Tokens/s, upper bound (all sequences)", x_title="batch (sequences)",
                  y_title="tokens/s, upper bound (tokens/s)", log_x=True, log_y=True, present=present)
     for f in (fig_t, fig_r):
-        _legend_below(f, rows=2 + len(sw.lines) // 2)
+        _legend_below(f, per_row=2)
     if present:
         charts.show(fig_t, "decode-step-time", key="_step_time_chart")
         charts.show(fig_r, "decode-tokens-per-s", key="_step_rate_chart")
@@ -425,7 +424,7 @@ def tp_chart(model, gpu, kv_dtype, rv):
                  y_title="attention intensity per GPU (flop/B)", log_x=True, log_y=True, present=present,
                  height=420 if not present else None)
     fig_tp.update_xaxes(tickvals=degrees, ticktext=[str(t) for t in degrees])
-    _legend_below(fig_tp, rows=2)
+    _legend_below(fig_tp, per_row=2)
     charts.show(fig_tp, "tp-vs-dp-attention", key="_tp_chart")
     tp_table = frame([{
         "TP": t,

@@ -137,7 +137,7 @@ def frontier(model, plan):
                                  name=f"TPOT <= {v['tpot_ms']:g} ms", hoverinfo="skip"))
     colors = {s.split: charts.SEQUENCE[i % len(charts.SEQUENCE)] for i, s in enumerate(plan.splits)}
     for line in fr.lines:
-        name = html.escape(line.label + (f" (same as {line.same_as})" if line.same_as else ""))
+        name = html.escape(line.label + (f" ({line.same_as})" if line.same_as else ""))
         fig.add_trace(go.Scatter(
             x=line.x, y=line.y, mode="lines+markers", name=name,
             line={"color": colors[line.label], "width": 2, "dash": "dot" if line.same_as else "solid"},

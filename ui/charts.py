@@ -243,10 +243,13 @@ def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = 
 LEGEND_ROW_PX = 24  # one row of a horizontal legend at the desk's type size (30 on a slide)
 
 
-def legend_below(fig: Figure, entries: int, *, present: bool = False, per_row: int = 3) -> Figure:
+def legend_below(fig: Figure, entries: int | None = None, *, present: bool = False, per_row: int = 3) -> Figure:
     """The legend under the plot, anchored to the bottom of the figure (yref "container") with the
-    bottom margin grown to hold its rows, so it never runs into the x axis's title; the figure
-    grows by as much, so the plot keeps its height."""
+    bottom margin grown to hold its rows (`entries`: the traces shown in the legend unless
+    given), so it never runs into the x axis's title; the figure grows by as much, so the plot
+    keeps its height."""
+    if entries is None:
+        entries = sum(1 for t in fig.data if t.get("showlegend", True) is not False)
     rows = max(1, -(-entries // per_row))
     row = LEGEND_ROW_PX + (6 if present else 0)
     extra = rows * row

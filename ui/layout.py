@@ -65,3 +65,33 @@ def lazy_expander(label: str, key: str, *, expanded: bool = False):
     if key not in st.session_state:
         st.session_state[key] = bool(expanded)
     return st.expander(label, expanded=False, key=key, on_change="rerun")
+
+
+COPY_LINK_HTML = """<button type="button" data-mla-copy-link title="Copy this view's link (the URL carries every setting)"
+ style="font: inherit; font-size: 0.9rem; color: inherit; background: transparent; cursor: pointer;
+        border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 0.5rem; padding: 0.3rem 0.8rem;">Copy link</button>
+<script>
+if (!window.__mlaCopyLink) {
+  window.__mlaCopyLink = true;
+  const copy = async (text) => {
+    if (navigator.clipboard && window.isSecureContext) { await navigator.clipboard.writeText(text); return; }
+    const area = Object.assign(document.createElement("textarea"), {value: text});
+    area.style.position = "fixed"; area.style.opacity = "0";
+    document.body.appendChild(area); area.select(); document.execCommand("copy"); area.remove();
+  };
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("[data-mla-copy-link]");
+    if (!button) return;
+    try { await copy(window.location.href); button.textContent = "Link copied"; }
+    catch (e) { button.textContent = "Copy failed: select the address bar"; }
+    setTimeout(() => { button.textContent = "Copy link"; }, 2000);
+  });
+}
+</script>"""
+
+
+def copy_link_button() -> None:
+    """A "Copy link" button: the browser's address (the page and every setting that differs from
+    its default, ui.state.sync_url) to the clipboard. A constant snippet: no user text goes
+    through it."""
+    st.html(COPY_LINK_HTML, width="content", unsafe_allow_javascript=True)
