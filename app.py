@@ -5,7 +5,7 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 import streamlit as st
 
 from mla_core.units import KV_DTYPES, TOKEN_RULE
-from ui import charts, models, params, state, whatif
+from ui import charts, layout, models, params, state, whatif
 
 state.init()
 present = bool(st.session_state["present"])
@@ -43,22 +43,23 @@ page = st.navigation(PAGES)
 with st.sidebar:
     st.header("Shared settings")
     st.caption("They hold on every page, and the URL carries them: copy it to share this view.")
+    layout.copy_link_button()
     options = params.model_options()
     if not st.session_state.get("config"):
         options = [o for o in options if o != params.UPLOAD]
     labels = models.sidebar_labels(options)  # fixed for this run (AppTest formats later)
-    st.selectbox("Model", options, key="model", format_func=lambda k: labels.get(k, k),
+    st.selectbox("Model", options, persist_state="session", key="model", format_func=lambda k: labels.get(k, k),
                  on_change=whatif.reset,
                  help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there. "
                       "A new model starts the what-if sliders from its own values.")
-    st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, key="kv_dtype",
+    st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, persist_state="session", key="kv_dtype",
                  help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
                       "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
     whatif.context_control()
     whatif.batch_control()
     gpu_labels = models.gpu_labels()
-    st.selectbox("GPU", list(gpu_labels), key="gpu", format_func=lambda k: gpu_labels.get(k, k))
-    st.toggle("Presentation mode", key="present",
+    st.selectbox("GPU", list(gpu_labels), persist_state="session", key="gpu", format_func=lambda k: gpu_labels.get(k, k))
+    st.toggle("Presentation mode", persist_state="session", key="present",
               help="Larger type and charts for a projector; page controls start collapsed.")
 
 if present:

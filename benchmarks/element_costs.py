@@ -1,11 +1,13 @@
 """8. What one Streamlit element costs a served rerun: the floor under every page.
 
-Each kind of element the pages draw is put N times into an app of its own, beside the one widget
-and one metric of benchmarks/trivial_app.py, and served and driven as benchmarks/served.py does
-(the real server, Streamlit's websocket protocol, TCP_NODELAY). A kind's cost per element is
-(its app's rerun p50 - the trivial app's p50) / N. The tables are measured both ways the pages
+Each kind of element the pages draw is put N times into an app of its own, beside one number box
+and one metric, and served and driven as benchmarks/served.py does (the real server, Streamlit's
+websocket protocol, TCP_NODELAY). A kind's cost per element is (its app's rerun p50 - the p50 of
+the same app with no element of its own) / N. The tables are measured both ways the pages
 could hand them over: a pandas DataFrame (which Streamlit converts to Arrow on every rerun) and a
-pyarrow Table (ui.text.frame, which Streamlit sends as it is).
+pyarrow Table (ui.text.frame, which Streamlit sends as it is). The charts are measured both ways
+too: a KV-sized figure built as ui.charts' plain dicts (the pages' way) and with
+plotly.graph_objects (`ui_charts_gain_over_plain_plotly_ms`: what ui/charts.py saves a chart).
 
     .venv/bin/python benchmarks/element_costs.py [--tiny] [--rounds N] [--out FILE]
 """
@@ -35,8 +37,15 @@ KINDS = {
     "dataframe_pandas_8_rows": (15, 'st.dataframe(pd.DataFrame(ROWS), hide_index=True)'),
     "dataframe_pyarrow_8_rows": (15, 'st.dataframe(frame(ROWS), hide_index=True)'),
     "plotly_chart_5_traces_60_points": (3, 'charts.show(figure(x), "c", key=f"c{i}")'),
+    # The KV page's chart against context (6 lines of 128 points with their exact-bytes hover text), built
+    # as ui.charts' plain dicts (the pages' way) and with plotly.graph_objects (a plain Plotly app's way).
+    "plotly_chart_kv_sized_ui_charts_dicts": (3, 'charts.show(kv_figure(x), "c", key=f"c{i}")'),
+    "plotly_chart_kv_sized_plain_plotly": (3, 'st.plotly_chart(kv_figure_plain(x), config=CONFIG, theme="streamlit", '
+                                              'key=f"c{i}")'),
 }
-TINY_KINDS = ("markdown", "selectbox", "dataframe_pyarrow_8_rows")
+# ui.charts against plain Plotly: (the dict-built kind, the graph_objects kind) of the same figure.
+CHARTS_PAIR = ("plotly_chart_kv_sized_ui_charts_dicts", "plotly_chart_kv_sized_plain_plotly")
+TINY_KINDS = ("markdown", "selectbox", "dataframe_pyarrow_8_rows", *CHARTS_PAIR)
 
 APP = '''import sys
 sys.path.insert(0, {root!r})
@@ -55,6 +64,38 @@ def figure(x):
         fig.add_trace(dict(type="scatter", x=list(range(1, 61)), y=[v * x * (t + 1) for v in range(1, 61)],
                            mode="lines", name=f"trace {{t}}"))
     return charts.style(fig, title="t", x_title="x", y_title="y", log_x=True, log_y=True)
+
+
+CONFIG = {{"displaylogo": False}}
+XS = [int(1024 * 2 ** (j / 12)) for j in range(128)]
+
+
+def kv_traces(x):
+    return [dict(name=f"variant {{t}}", x=XS, y=[v * (t + 1) * x / 2**30 for v in XS], mode="lines",
+                 customdata=[[f"{{v * (t + 1) * x:,}} B", f"{{v:,}} tokens"] for v in XS],
+                 hovertemplate="%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>") for t in range(6)]
+
+
+def kv_style(fig):
+    return charts.style(fig, title="KV cache against context", x_title="context (tokens)", y_title="KV cache (GiB)",
+                        log_x=True, log_y=True)
+
+
+def kv_figure(x):
+    fig = go.Figure()
+    for t in kv_traces(x):
+        fig.add_trace(dict(type="scatter", **t))
+    return kv_style(fig)
+
+
+def kv_figure_plain(x):
+    import plotly.graph_objects as pgo
+
+    fig = pgo.Figure()
+    for t in kv_traces(x):
+        fig.add_trace(pgo.Scatter(**t))
+    fig.update_layout(kv_style(go.Figure()).layout)
+    return fig
 
 
 x = st.number_input("Context, tokens per sequence", min_value=1, value=32768, step=1024, key="context")
@@ -83,8 +124,13 @@ def run(tiny: bool = False, rounds: int | None = None) -> list[dict]:
             finally:
                 srv.stop()
 
-        base = serve_and_time(os.path.join(ROOT, served.TRIVIAL), "trivial.log")
-        out.append(result("served_rerun_trivial_app_ms", base * 1e3, "ms", reruns=rounds))
+        # The floor: the same app with no element of its own (one number box and one metric).
+        path = os.path.join(tmp, "floor.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(APP.format(root=ROOT, n=0, body="pass"))
+        base = serve_and_time(path, "floor.log")
+        out.append(result("served_rerun_floor_app_ms", base * 1e3, "ms", reruns=rounds,
+                          what="one number box and one metric"))
         for kind, (n, body) in KINDS.items():
             if tiny and kind not in TINY_KINDS:
                 continue
@@ -94,9 +140,17 @@ def run(tiny: bool = False, rounds: int | None = None) -> list[dict]:
                 f.write(APP.format(root=ROOT, n=n, body=body))
             t = serve_and_time(path, f"{kind}.log")
             out.append(result(f"served_cost_of_one_{kind}_ms", (t - base) / n * 1e3, "ms", elements=n,
-                              app_p50_ms=round(t * 1e3, 1), trivial_p50_ms=round(base * 1e3, 1)))
+                              app_p50_ms=round(t * 1e3, 1), floor_p50_ms=round(base * 1e3, 1)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    by = {r["name"]: r for r in out}
+    ours, plain = (by.get(f"served_cost_of_one_{k}_ms") for k in CHARTS_PAIR)
+    if ours and plain:
+        out.append(result("ui_charts_gain_over_plain_plotly_ms", plain["value"] - ours["value"], "ms per chart",
+                          ui_charts_ms=round(ours["value"], 2), plain_plotly_ms=round(plain["value"], 2),
+                          ratio=round(plain["value"] / ours["value"], 2) if ours["value"] > 0 else None,
+                          what="one KV-sized chart (6 lines x 128 points, hover text) a served rerun, built as "
+                               "ui.charts dicts against plotly.graph_objects"))
     return out
 
 

@@ -52,6 +52,10 @@ def sections(tiny: bool):
     import traffic_sim
 
     out.append(("9. Traffic simulation: requests simulated per second", lambda: traffic_sim.run(tiny=tiny)))
+    import browser
+
+    out.append(("10. What a user waits for in a real browser (chromium): each slider and number box against "
+                "the trivial app", lambda: browser.run(rounds=1 if tiny else 12, tiny=tiny)))
     return out
 
 

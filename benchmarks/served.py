@@ -1,24 +1,25 @@
 """7. Served speed: each page's rerun through the real server, as a browser drives it.
 
-The app is started as `make app` starts it (`python -m ui.serve`), and a one-widget, one-metric
-Streamlit app (benchmarks/trivial_app.py) is served the same way (`streamlit run`, the same
-.streamlit/config.toml). A client speaks Streamlit's own websocket protocol to both
-(`/_stcore/stream`, protobuf `BackMsg` up, `ForwardMsg` down, as the frontend does; no
-rendering, so the figures are the server's): it opens a page, then changes the sidebar's context
-(and moves each slider the page has) and times each rerun from sending the `rerun_script`
-BackMsg to the `script_finished` ForwardMsg. One session alone, then 5 sessions changing at
-once. Reported: p50 / p95 per page, and each page's p50 as a ratio of the trivial app's
-measured in the same run (goal: within 1.5x; 5 concurrent sessions' p50 under 1 s). The same
-trivial app under plain `streamlit run` is measured too (`stock_...`): Streamlit's own listener
-leaves Nagle's algorithm on, which adds ~40 ms of delayed-ACK wait to each rerun (ui/serve.py
-turns it off for the explorer and our trivial app alike). The explorer's shell (app.py with the
-page body left out: its sidebar, state and navigation) is measured the same way, as the floor
-under every page (`served_rerun_shell_vs_trivial`, and each page's `vs_shell`). Widget states
-are sent as the browser sends them (a select_slider's formatted options as
-`string_array_value`); a rerun that ends in an exception stops the benchmark, since it would
-time an error page. Last, 10 benchmark runs are started
-from the Benchmark page one after another (Set up, Run, wait until saved), and the server's
-resident memory is read after each (goal: under 400 MiB after 10).
+The app is started as `make app` starts it (`python -m ui.serve`), and the trivial app
+(benchmarks/trivial_app.py: one slider, one number box, one metric, one Plotly chart) is served
+the same way (the same launcher and .streamlit/config.toml). A client speaks Streamlit's own
+websocket protocol to both (`/_stcore/stream`, protobuf `BackMsg` up, `ForwardMsg` down, as the
+frontend does; no rendering, so the figures are the server's; benchmarks/browser.py times what a
+user sees): it opens a page, then changes the sidebar's context (and moves each slider the page
+has; a widget drawn inside a fragment reruns that fragment alone, as the browser asks) and
+times each rerun from sending the `rerun_script` BackMsg to the `script_finished` ForwardMsg.
+One session alone, then 20 sessions changing at once. Reported: p50 / p95 per page, each page's
+p50 as a ratio of the trivial app's measured in the same run, and the 20 sessions' p50 against
+the trivial app's under the same 20 sessions (goal, issue 20: at most 5x). The same trivial app
+under plain `streamlit run` is measured too (`stock_...`): Streamlit's own listener leaves
+Nagle's algorithm on, which adds ~40 ms of delayed-ACK wait to each rerun (ui/serve.py turns it
+off for the explorer and our trivial app alike). The explorer's shell (app.py with the page body
+left out: its sidebar, state and navigation) is measured the same way, as the floor under every
+page (`served_rerun_shell_vs_trivial`, and each page's `vs_shell`). Widget states are sent as
+the browser sends them (a select_slider's formatted options as `string_array_value`); a rerun
+that ends in an exception stops the benchmark, since it would time an error page. Last, 10
+benchmark runs are started from the Benchmark page one after another (Set up, Run, wait until
+saved), and the server's resident memory is read after each (goal: under 400 MiB after 10).
 
     .venv/bin/python benchmarks/served.py [--tiny] [--rounds N] [--port P] [--out FILE]
 
@@ -47,9 +48,8 @@ PAGES = {"kv_cache": "/", "capacity": "/concurrency", "roofline": "/decode-roofl
 QUERY = "model=deepseek-v3"
 CONTEXT_LABEL = "Context, tokens per sequence"
 CONTEXTS = (32768, 65536)  # alternated, so that every rerun is a real change
-SPEED_GOAL = 1.5  # page p50 / trivial app p50
-CONCURRENT = 5
-CONCURRENT_GOAL_S = 1.0
+CONCURRENT = 20
+CONCURRENT_GOAL = 5.0  # a page's p50 with CONCURRENT sessions changing at once / the trivial app's, same run
 TRIVIAL = os.path.join("benchmarks", "trivial_app.py")
 
 
@@ -127,13 +127,15 @@ class Session:
         self.query = query
         self.page_hash = ""
         self.widgets: dict[tuple[str, str], object] = {}
+        self.fragment_of: dict[str, str] = {}  # widget id -> the fragment (ui.layout.section) that drew it
         self.errors: list[str] = []
 
     def close(self) -> None:
         self._cm.__exit__(None, None, None)
 
     def rerun(self, states: list | None = None, timeout_s: float = 120) -> float:
-        """Send a rerun with `states` (WidgetState protos); seconds until script_finished."""
+        """Send a rerun with `states` (WidgetState protos); seconds until script_finished. A change
+        to a widget drawn inside a fragment reruns that fragment alone, as the browser asks."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
         from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -144,6 +146,9 @@ class Session:
         cs.page_script_hash = self.page_hash
         for s in states or []:
             cs.widget_states.widgets.append(s)
+        fragments = {self.fragment_of.get(s.id, "") for s in states or []}
+        if len(fragments) == 1 and "" not in fragments:
+            cs.fragment_id = fragments.pop()
         t0 = time.perf_counter()
         self.ws.send(msg.SerializeToString())
         deadline = t0 + timeout_s
@@ -158,6 +163,7 @@ class Session:
                 inner = getattr(el, etype) if etype else None
                 if inner is not None and hasattr(inner, "id") and hasattr(inner, "label") and inner.id:
                     self.widgets[(etype, inner.label)] = inner
+                    self.fragment_of[inner.id] = fm.delta.fragment_id
             elif kind == "new_session" and fm.new_session.page_script_hash:
                 self.page_hash = fm.new_session.page_script_hash
             elif kind == "navigation" and fm.navigation.page_script_hash:
@@ -291,6 +297,7 @@ def _drain(sess: Session, seconds: float) -> None:
             inner = getattr(el, etype) if etype else None
             if inner is not None and hasattr(inner, "id") and hasattr(inner, "label") and inner.id:
                 sess.widgets[(etype, inner.label)] = inner
+                sess.fragment_of[inner.id] = fm.delta.fragment_id
 
 
 def benchmark_runs_rss(server: Server, history_path: str, runs: int, tiny: bool) -> dict:
@@ -394,13 +401,12 @@ def run(tiny: bool = False, rounds: int | None = None, port: int | None = None, 
             p50, p95 = _pct(m["one"], 50), _pct(m["one"], 95)
             cp50, cp95 = _pct(m["concurrent"], 50), _pct(m["concurrent"], 95)
             kinds = {k: round(statistics.median(v) * 1e3, 1) for k, v in m["by_kind"].items()}
-            out.append(result(f"served_rerun_{name}_vs_trivial", p50 / b50, "x", goal=f"<= {SPEED_GOAL}",
-                              met=p50 / b50 <= SPEED_GOAL and not m["errors"], p50_ms=round(p50 * 1e3, 1),
+            out.append(result(f"served_rerun_{name}_vs_trivial", p50 / b50, "x", p50_ms=round(p50 * 1e3, 1),
                               p95_ms=round(p95 * 1e3, 1), p95_vs_trivial=round(p95 / b95, 2),
                               vs_stock_trivial=round(p50 / s50, 2), vs_shell=round(p50 / h50, 2),
                               median_ms_by_change=kinds, errors=m["errors"][:3]))
             out.append(result(f"served_rerun_{name}_{concurrent}_sessions_p50_s", cp50, "s",
-                              goal=f"< {CONCURRENT_GOAL_S:g}", met=cp50 < CONCURRENT_GOAL_S,
+                              goal=f"<= {CONCURRENT_GOAL:g}x the trivial app's", met=cp50 / c50 <= CONCURRENT_GOAL,
                               p95_s=round(cp95, 3), vs_trivial=round(cp50 / c50, 2), reruns=len(m["concurrent"])))
         out.append(result("served_app_rss_after_pages_MiB", app.rss_mib(), "MiB", goal="< 400",
                           met=app.rss_mib() < 400))

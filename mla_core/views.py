@@ -164,6 +164,7 @@ class KVSweep(_View):
     series: tuple[Series, ...]
     second: Series | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    same_as: dict = field(default_factory=dict)  # label -> the earlier line it coincides with (views.same_as)
 
 
 def sweep_contexts(context: int, points: int = 128):
@@ -197,7 +198,8 @@ def kv_sweep(model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "au
         y = tuple(int(n) for n in kv_cache_bytes_vs_context(second, xs, batch, d2, block_size=block_size))
         here = int(kv_cache_bytes_vs_context(second, [context], batch, d2, block_size=block_size)[0])
         two = Series(f"{second.name} ({second.kind.upper()}, {resolve_kv_dtype(second, d2)})", x, y, context, here)
-    return KVSweep(context, batch, tuple(out), two)
+    return KVSweep(context, batch, tuple(out), two,
+                   same_as=same_as((s.label, s.y) for s in (*out, *([two] if two else []))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,14 +307,26 @@ def roof(gpu, intensities, dtype: str = "bf16") -> tuple[tuple[float, ...], tupl
     return x, tuple(attainable_flops(t, gpu, dtype) for t in x)
 
 
+def variant_dims_settable(model: ModelSpec) -> bool:
+    """Whether the same-width MLA variant's d_c and d_r are the Roofline page's to set: for a
+    model without MLA (Table 1's 4 d_h and d_h / 2 unless set); an MLA model's variant is the
+    model, whose d_c and d_r the what-if sliders change."""
+    return not model.is_mla
+
+
 def roofline_variants(model: ModelSpec, kv_dtype: str, *, gqa_groups: int = 0, kv_lora_rank: int = 0,
                       qk_rope_head_dim: int = 0) -> list[tuple[str, ModelSpec, str, str]]:
     """[(label, spec, kv dtype, mla path)]: `roofline.decode_variants` with the page's settings
-    (0 = the default; a GQA group count that does not divide n_h is the default)."""
+    (0 = the default; a GQA group count that does not divide n_h is the default). An MLA
+    model's MLA variants are the model itself: `kv_lora_rank` and `qk_rope_head_dim` set the
+    same-width MLA variant of a model without MLA only (an MLA model's d_c and d_r move with the
+    what-if sliders, the one control for them; `variant_dims_settable`)."""
     from .roofline import decode_variants
 
     if gqa_groups and gqa_groups not in gqa_group_choices(model):
         gqa_groups = 0
+    if not variant_dims_settable(model):
+        kv_lora_rank = qk_rope_head_dim = 0
     return [tuple(d) for d in decode_variants(model, kv_dtype, gqa_groups=gqa_groups or None,
                                               kv_lora_rank=kv_lora_rank or None,
                                               qk_rope_head_dim=qk_rope_head_dim or None)]
@@ -529,10 +543,13 @@ class CapacityView(_View):
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     no_fit: str = ""
+    fp8: dict | None = None
+    fp8_note: str = ""
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("by_mode", "main", "num_gpus", "tp", "dp_attention", "kv_dtype",
-                                           "gpu_memory_utilization", "errors", "warnings", "no_fit")}
+                                           "gpu_memory_utilization", "errors", "warnings", "no_fit", "fp8",
+                                           "fp8_note")}
         return d
 
 
@@ -561,8 +578,31 @@ def capacity_view(model: ModelSpec, gpu, *, context: int, num_gpus: int, tp: int
                   block_size=block_size, reserve_bytes=reserve_bytes, gpu=gpu, num_gpus=n, tp=tp, kv_dtype=dtype)
     by_mode = {"tp": capacity(model, dp_attention=False, **kwargs), "dp": capacity(model, dp_attention=True, **kwargs)}
     main = by_mode["dp" if dp_attention else "tp"]
+    fp8, fp8_note = _fp8_alternative(model, main, dp_attention, kwargs)
     return CapacityView(by_mode, main, n, tp, dp_attention, dtype, gpu_memory_utilization, kwargs, tuple(errors),
-                        tuple(warnings), "" if main["weights_fit"] else no_fit_reason(main, gpu_memory_utilization))
+                        tuple(warnings), "" if main["weights_fit"] else no_fit_reason(main, gpu_memory_utilization),
+                        fp8, fp8_note)
+
+
+FP8_FROM = ("bf16", "fp16", "fp32")  # 16- and 32-bit KV: the cases where fp8 would hold at least twice as much
+
+
+def _fp8_alternative(model: ModelSpec, main: dict, dp_attention: bool, kwargs: dict) -> tuple[dict | None, str]:
+    """An MLA model cached at 16 or 32 bits: the same deployment with fp8 KV (`capacity.capacity`,
+    kv_dtype fp8: one byte a value, the engines' `--kv-cache-dtype fp8` / `fp8_e4m3`; vLLM makes
+    its fp8 latent layout fp8_ds_mla the default for DeepSeek-V3.2, vllm-project/vllm#25988), and
+    the sentence saying what it would hold. (None, '') otherwise or when the weights do not fit."""
+    from .capacity import capacity
+
+    if not model.is_mla or main["kv_dtype"] not in FP8_FROM or not main["weights_fit"]:
+        return None, ""
+    r = capacity(model, dp_attention=dp_attention, **{**kwargs, "kv_dtype": "fp8"})
+    now, then = main["max_concurrent_requests"], r["max_concurrent_requests"]
+    gain = f" ({then / now:.2f}x)" if now else ""
+    note = (f"With fp8 KV (--kv-cache-dtype fp8) the same deployment would hold {then:,} whole requests of "
+            f"{format_tokens(main['context'])} at once instead of {now:,}{gain}: the latent takes one byte a value "
+            f"instead of {main['kv_dtype']}'s {2 if main['kv_dtype'] != 'fp32' else 4}.")
+    return r, note
 
 
 def memory_bars(results: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
@@ -581,6 +621,7 @@ class CapacityVariants(_View):
     rows: tuple[dict, ...]
     series: tuple[Series, ...]
     gqa_groups: int | None
+    same_as: dict = field(default_factory=dict)  # label -> the earlier line it coincides with (views.same_as)
 
 
 def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: int = 0) -> CapacityVariants:
@@ -603,7 +644,7 @@ def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: 
                                            tp=view.tp, dp_attention=view.dp_attention)
         series.append(Series(label, x, tuple(int(c) for c in n), kw["context"], r["max_concurrent_requests"],
                              r["is_model"]))
-    return CapacityVariants(tuple(rows), tuple(series), groups)
+    return CapacityVariants(tuple(rows), tuple(series), groups, same_as((s.label, s.y) for s in series))
 
 
 @dataclass(frozen=True)
@@ -742,3 +783,203 @@ def claims_view(claims: list[dict], *, topics=(), verdicts=(), sources=()) -> Cl
     titles = {c["source"]["seed"]: c["source"].get("title", c["source"]["seed"]) for c in claims}
     return ClaimsView(summarize(claims), shown, plotted, diagonal,
                       tuple(c for c in shown if c["verdict"] == "differs"), titles)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared by the pages' charts and tables
+
+SAME_AS_REL_TOL = 0.03  # within 3% at every point: about a pixel apart on a log axis of 3 decades in 300 px
+
+
+def _flat(values) -> list:
+    out = []
+    for x in values:
+        out.extend(_flat(x) if isinstance(x, (tuple, list)) else [x])
+    return out
+
+
+def _close(a: list, b: list, rel_tol: float) -> bool | None:
+    """True: equal; False: within rel_tol at every value (None matches only None); None: apart."""
+    if len(a) != len(b):
+        return None
+    exact = True
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if x is None or y is None or abs(x - y) > rel_tol * max(abs(x), abs(y)):
+            return None
+        exact = False
+    return exact
+
+
+def same_as(lines, rel_tol: float = SAME_AS_REL_TOL) -> dict[str, tuple[str, bool]]:
+    """{label: (the earlier label it coincides with, exactly)} for `lines` of (label, values):
+    lines that would be drawn on top of each other (GQA-8 under MQA when TP 8 leaves each one KV
+    head a GPU; two serving splits that reach the same points), so a legend can say so instead
+    of hiding one. Values (numbers, None, or tuples of them) coincide when every pair is equal,
+    or within `rel_tol` of each other (exactly: False)."""
+    out: dict[str, tuple[str, bool]] = {}
+    seen: list[tuple[str, list]] = []
+    for label, values in lines:
+        flat = _flat(values)
+        for first, other in seen:
+            exact = _close(flat, other, rel_tol)
+            if exact is not None:
+                out[label] = (first, exact)
+                break
+        else:
+            seen.append((label, flat))
+    return out
+
+
+def legend_name(label: str, same: dict) -> str:
+    """`label`, with "(same as X)" or "(within 3% of X)" when `same` (from `same_as`) says it
+    coincides with X."""
+    if label not in same:
+        return label
+    other, exact = same[label]
+    return f"{label} ({'same as' if exact else f'within {SAME_AS_REL_TOL:.0%} of'} {other})"
+
+
+def command_lines(command: str | None) -> str | None:
+    """A shell command (one line, as `shlex.join` writes it) as one line per flag, joined by
+    backslash-newlines: `vllm serve repo \\` then `  --tensor-parallel-size 8 \\` ... A flag's
+    value stays on its flag's line, so nothing wraps inside a flag, and the text pastes into a
+    shell as the same command (shlex.split of it, its line continuations removed, gives the same
+    words as of `command`). None stays None."""
+    import shlex
+
+    if command is None:
+        return None
+    words = shlex.split(command)
+    lines: list[list[str]] = [[]]
+    for w in words:
+        if w.startswith("--") and lines[-1]:
+            lines.append([])
+        lines[-1].append(w)
+    return " \\\n  ".join(shlex.join(line) for line in lines)
+
+
+@dataclass(frozen=True)
+class KVRatio(_View):
+    """The second model's KV cache against the first's at the same context, batch and KV dtype
+    choice: `per_token`, `per_sequence` and `batch` are second / first (float; > 1: the second
+    caches more), `first` and `second` the model names, `sentence` the line the page shows."""
+
+    first: str
+    second: str
+    per_token: float
+    per_sequence: float
+    batch: float
+    sentence: str
+
+
+def kv_ratio(first: KVSummary, second: KVSummary) -> KVRatio:
+    """Second / first of the KV page's headline numbers (`kv_summary` of each model). The
+    per-sequence and batch figures include windows and block rounding; per token does not."""
+    from .units import format_bytes
+
+    a, b = first.report, second.report
+
+    def ratio(key: str) -> float:
+        return b[key] / a[key] if a[key] else float("inf")
+
+    per_token, per_seq, batch = (ratio("kv_bytes_per_token"), ratio("kv_cache_bytes_per_sequence"),
+                                 ratio("kv_cache_bytes"))
+    more = per_seq >= 1
+    factor = per_seq if more else (1 / per_seq if per_seq else float("inf"))
+    sentence = (f"{second.model} caches {factor:.2f}x {'more' if more else 'less'} than {first.model} per sequence "
+                f"({format_bytes(b['kv_cache_bytes_per_sequence'])} against "
+                f"{format_bytes(a['kv_cache_bytes_per_sequence'])}); per token {per_token:.2f}x.")
+    return KVRatio(first.model, second.model, per_token, per_seq, batch, sentence)
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving plan page (over mla_core.serving.search's Plan)
+
+@dataclass(frozen=True)
+class FrontierLine(_View):
+    """One split's points that fit, in batch order: `label` (the split), `x` tokens/s per user,
+    `y` tokens/s per GPU, `points` (the serving.Point of each marker), `same_as` ("same as X" or
+    "within 3% of X" when an earlier split's markers coincide with these, else '')."""
+
+    label: str
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+    points: tuple = ()
+    same_as: str = ""
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "x": self.x, "y": self.y, "batches": [p.batch for p in self.points],
+                "same_as": self.same_as}
+
+
+@dataclass(frozen=True)
+class ServingFrontier(_View):
+    """The frontier chart: `lines` (one per split with a point that fits), `pareto` ((x, y) of the
+    Pareto front), `best` ((x, y) or None), `tpot_region` (x from, x to, y from, y to) of the
+    region meeting the TPOT objective, or None without one."""
+
+    lines: tuple[FrontierLine, ...]
+    pareto: tuple[tuple[float, float], ...]
+    best: tuple[float, float] | None
+    tpot_region: tuple[float, float, float, float] | None
+
+    def to_dict(self) -> dict:
+        return {"lines": [ln.to_dict() for ln in self.lines], "pareto": self.pareto, "best": self.best,
+                "tpot_region": self.tpot_region}
+
+
+def serving_frontier(plan) -> ServingFrontier:
+    """What the Serving plan's frontier draws, from `serving.search`'s plan: each split's points
+    that fit (a split whose markers are those of an earlier split says so: `same_as`), the Pareto
+    front, the best point and the TPOT objective's region (tokens/s per user >= 1000 / TPOT ms,
+    spanning the points' range with a factor of 2 either side)."""
+    fits = [p for p in plan.points if p.fits]
+    lines = []
+    for s in plan.splits:
+        mine = [p for p in fits if (p.tp, p.dp_attention, p.ep) == (s.tp, s.dp_attention, s.ep)]
+        if mine:
+            lines.append((s.split, tuple(p.tokens_per_s_per_user for p in mine),
+                          tuple(p.tokens_per_s_per_gpu for p in mine), tuple(mine)))
+    same = same_as((label, tuple(zip(x, y))) for label, x, y, _ in lines)
+    xs = [p.tokens_per_s_per_user for p in fits] or [1.0]
+    ys = [p.tokens_per_s_per_gpu for p in fits] or [1.0]
+    region = None
+    if plan.tpot_ms:
+        x_slo = 1000.0 / plan.tpot_ms
+        region = (x_slo, max(max(xs) * 2, x_slo * 2), min(ys) / 2, max(ys) * 2)
+    best = (plan.best.tokens_per_s_per_user, plan.best.tokens_per_s_per_gpu) if plan.best is not None else None
+    return ServingFrontier(tuple(FrontierLine(label, x, y, pts, legend_name(label, same)[len(label):].strip(" ()"))
+                                 for label, x, y, pts in lines),
+                           tuple((p.tokens_per_s_per_user, p.tokens_per_s_per_gpu) for p in plan.pareto), best,
+                           region)
+
+
+NOT_SERVED = "-"  # a table cell for a split that serves no point (its weights or one batch do not fit)
+
+
+def serving_split_rows(plan) -> list[dict]:
+    """The Serving plan's table: one row per split, every cell a number or a text (never None):
+    a split that serves no point shows NOT_SERVED in its time and rate columns, and says why
+    under "what binds"."""
+    from .units import format_seconds
+
+    def usd(x) -> str:
+        return "n/a" if x is None else f"${x:,.3f}"
+
+    rows = []
+    for s in plan.splits:
+        b = s.best
+        rows.append({
+            "split": s.split,
+            "TTFT": format_seconds(b.ttft_s) if b else NOT_SERVED,
+            "TPOT": format_seconds(b.tpot_s) if b else NOT_SERVED,
+            "batch": f"{b.batch:,}" if b else NOT_SERVED,
+            "memory holds": f"{s.max_batch:,}",
+            "tokens/s per user": f"{b.tokens_per_s_per_user:,.1f}" if b else NOT_SERVED,
+            "tokens/s per GPU": f"{b.tokens_per_s_per_gpu:,.1f}" if b else NOT_SERVED,
+            "$ per M output": usd(b.usd_per_million_output_tokens) if b else NOT_SERVED,
+            "what binds": b.limit if b else s.reason,
+        })
+    return rows

@@ -16,7 +16,8 @@ from mla_core.presets import gpu_ids, model_ids
 from mla_core.units import (KV_DTYPES, WEIGHT_DTYPES, GiB, format_bytes, format_count, format_tokens,
                             format_tokens_exact, gib_to_bytes)
 from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capacity_across_gpus, capacity_variants_view,
-                            capacity_view, configuration, configurations_by_context, memory_bars, mode_name)
+                            capacity_view, configuration, configurations_by_context, legend_name, memory_bars,
+                            mode_name)
 from ui import charts, layout, models, state
 from ui.text import csv_text, escape_md, frame
 
@@ -53,27 +54,27 @@ def deployment(model):
     blocks = sorted({*BLOCK_CHOICES, v["block_size"]})
     with st.expander("Deployment: GPUs, parallelism, dtypes and memory (configuration 1)", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("GPUs (num_gpus)", 1, 4096, step=1, key="num_gpus")
-        c2.number_input("Tensor parallel size (tp), shared with the Roofline page", 1, 4096, step=1, key="tp",
+        c1.number_input("GPUs (num_gpus)", 1, 4096, step=1, persist_state="session", key="num_gpus")
+        c2.number_input("Tensor parallel size (tp), shared with the Roofline page", 1, 4096, step=1, persist_state="session", key="tp",
                         help="One setting for both pages. Weights split tp ways; MHA/GQA KV heads split too (never "
                              "below one per GPU). The MLA latent has no head axis: every TP rank stores all of it.")
-        c3.toggle("DP-attention (dp_attention)", key="dp_attention",
+        c3.toggle("DP-attention (dp_attention)", persist_state="session", key="dp_attention",
                   help="Attention data parallelism: each GPU holds whole, distinct sequences with all their KV "
                        "heads; attention weights are whole on every GPU, the rest (experts) split over all GPUs.")
-        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], key="weights_dtype",
+        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key="weights_dtype",
                      format_func=lambda d: f"auto ({model.default_weights_dtype})" if d == "auto" else d,
                      help="auto = the model's default: fp8 for fp8 checkpoints (quantization_config), else "
                           "torch_dtype.")
         c1, c2, c3, c4 = st.columns(4)
-        c1.slider("gpu_memory_utilization", GMU_MIN, 1.0, step=0.01, format="%.2f", key="gpu_memory_utilization",
+        c1.slider("gpu_memory_utilization", GMU_MIN, 1.0, step=0.01, format="%.2f", persist_state="session", key="gpu_memory_utilization",
                         help="vLLM's meaning: the fraction of each GPU's memory the engine may use for weights, "
                              "KV cache and the reserve. The rest is left alone (headroom).")
-        c2.number_input("GPU memory, GiB (0 = the preset's)", 0.0, 1e6, step=1.0, format="%.2f", key="gpu_memory_gib",
+        c2.number_input("GPU memory, GiB (0 = the preset's)", 0.0, 1e6, step=1.0, format="%.2f", persist_state="session", key="gpu_memory_gib",
                         help="Type what your driver reports (e.g. nvidia-smi's MiB / 1024) to replace the preset's "
                              "figure.")
-        c3.number_input("Reserve per GPU, GiB", 0.0, 1e6, step=0.5, format="%.2f", key="reserve_gib",
+        c3.number_input("Reserve per GPU, GiB", 0.0, 1e6, step=0.5, format="%.2f", persist_state="session", key="reserve_gib",
                         help="Kept out of the KV budget: activations, CUDA graphs, the sampler, fragmentation.")
-        c4.selectbox("Block size (tokens)", blocks, key="block_size",
+        c4.selectbox("Block size (tokens)", blocks, persist_state="session", key="block_size",
                      format_func=lambda n: f"default ({default_block_size(model)})" if n == 0 else str(n),
                      help="KV page size. Default: 64 for MLA models (FlashMLA), 16 otherwise (vLLM).")
         st.caption("GPU preset, KV cache dtype and context are in the sidebar; configurations 2 and 3 are set "
@@ -125,6 +126,8 @@ def headline(model, gpu):
     m4.metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
               help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                    "(TP ranks of one replica hold the same tokens).")
+    if cv.fp8_note and not present:  # a slide shows it below its chart
+        st.info(escape_md(cv.fp8_note, 400))
     return cv
 
 
@@ -133,6 +136,8 @@ def messages(cv):
         st.warning(escape_md(w, 400))
     for e in cv.errors:
         st.error(escape_md(e, 400))
+    if present and cv.fp8_note:
+        st.info(escape_md(cv.fp8_note, 400))
 
 
 def details(model, gpu, cv):
@@ -259,7 +264,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
         return
     fig = go.Figure()
     for s in cvv.series:
-        name = s.label + (" (this model)" if s.is_model else "")
+        name = legend_name(s.label, cvv.same_as) + (" (this model)" if s.is_model else "")
         y = [n if n else None for n in s.y]  # a log axis cannot show 0: the line stops where not one request fits
         fig.add_trace(dict(
             type="scatter", x=list(s.x), y=y, mode="lines", name=name,
@@ -405,15 +410,15 @@ def compare(model, gpu, cv, configs):
             labels, gpu_labels = models.model_labels(), models.gpu_labels()
             for i, col in zip((2, 3), st.columns(2)):
                 with col:
-                    st.selectbox(f"Configuration {i}: model", ["", *model_ids()], key=f"cmp{i}_model",
+                    st.selectbox(f"Configuration {i}: model", ["", *model_ids()], persist_state="session", key=f"cmp{i}_model",
                                  format_func=lambda k: "(off)" if not k else labels.get(k, k))
-                    st.selectbox(f"Configuration {i}: GPU", gpu_ids(), key=f"cmp{i}_gpu",
+                    st.selectbox(f"Configuration {i}: GPU", gpu_ids(), persist_state="session", key=f"cmp{i}_gpu",
                                  format_func=lambda k: gpu_labels.get(k, k))
                     c1, c2 = st.columns(2)
-                    c1.number_input(f"Configuration {i}: GPUs", 1, 4096, step=1, key=f"cmp{i}_num_gpus")
-                    c2.number_input(f"Configuration {i}: tp", 1, 4096, step=1, key=f"cmp{i}_tp")
-                    c1.toggle(f"Configuration {i}: DP-attention", key=f"cmp{i}_dp_attention")
-                    c2.selectbox(f"Configuration {i}: KV dtype", KV_DTYPES, key=f"cmp{i}_kv_dtype")
+                    c1.number_input(f"Configuration {i}: GPUs", 1, 4096, step=1, persist_state="session", key=f"cmp{i}_num_gpus")
+                    c2.number_input(f"Configuration {i}: tp", 1, 4096, step=1, persist_state="session", key=f"cmp{i}_tp")
+                    c1.toggle(f"Configuration {i}: DP-attention", persist_state="session", key=f"cmp{i}_dp_attention")
+                    c2.selectbox(f"Configuration {i}: KV dtype", KV_DTYPES, persist_state="session", key=f"cmp{i}_kv_dtype")
             st.caption("Shared with configuration 1: context, gpu_memory_utilization, reserve, weights dtype (auto = "
                        "each model's own), block size (default = each model's). Memory is each preset's figure read "
                        "as GiB.")
@@ -465,31 +470,39 @@ def _compare_results(model, gpu, cv, configs):
 
 
 # --- the page -------------------------------------------------------------------------------------------
-model = models.current_model()
-charts.page_title("Capacity", "concurrent requests per GPU", model.name, T, present=present)
-if not present:
-    deployment(model)
-try:
-    gpu = models.current_gpu(v)
-except MLAError as e:
-    st.warning(escape_md(f"{e}; the preset's memory is used.", 400))
-    gpu = models.gpu_preset(v["gpu"])
-cv = headline(model, gpu)
-if cv is None:
-    st.stop()
-configs = other_configurations(cv)
-if present:  # the slide: title, key numbers, requests against context; the rest follows
-    variants(model, gpu, cv, chart_only=True)
-    messages(cv)
-    deployment(model)
-    details(model, gpu, cv)
-    variants(model, gpu, cv, table_only=True)
-else:
-    details(model, gpu, cv)
-    memory_chart(cv, configs)
-    variants(model, gpu, cv)
-if present:
-    memory_chart(cv, configs)
-allocator(model, cv)
-across_gpus(model, cv)
-compare(model, gpu, cv, configs)
+@layout.section
+def capacity_page():
+    """Every section of the page: the deployment's controls change them all, so one section holds
+    them; a change in it reruns it without the sidebar."""
+    global v
+    v = state.values()
+    model = models.current_model()
+    if not present:
+        deployment(model)
+    try:
+        gpu = models.current_gpu(v)
+    except MLAError as e:
+        st.warning(escape_md(f"{e}; the preset's memory is used.", 400))
+        gpu = models.gpu_preset(v["gpu"])
+    cv = headline(model, gpu)
+    if cv is None:
+        return
+    configs = other_configurations(cv)
+    if present:  # the slide: title, key numbers, requests against context; the rest follows
+        variants(model, gpu, cv, chart_only=True)
+        messages(cv)
+        deployment(model)
+        details(model, gpu, cv)
+        variants(model, gpu, cv, table_only=True)
+        memory_chart(cv, configs)
+    else:
+        details(model, gpu, cv)
+        memory_chart(cv, configs)
+        variants(model, gpu, cv)
+    allocator(model, cv)
+    across_gpus(model, cv)
+    compare(model, gpu, cv, configs)
+
+
+charts.page_title("Capacity", "concurrent requests per GPU", models.resolve_model(v)[0].name, T, present=present)
+capacity_page()

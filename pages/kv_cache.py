@@ -13,7 +13,7 @@ from mla_core.errors import MLAError
 from mla_core.layermap import layer_map as kv_layer_map
 from mla_core.presets import model_ids
 from mla_core.units import GiB, format_bytes, format_tokens
-from mla_core.views import kv_summary, kv_sweep, kv_variants
+from mla_core.views import kv_ratio, kv_summary, kv_sweep, kv_variants, legend_name
 from mla_core.whatif import hand_set_values
 from ui import charts, layer_map, layout, models, params, state, text, whatif
 from ui.text import csv_text, escape_md, frame
@@ -70,6 +70,11 @@ def _start_from_current():
     state.set_values(model=params.CUSTOM, **hand_set_values(m))
 
 
+def _rerun_page():
+    """A callback: the whole page reruns (the title names the second model), not only its section."""
+    st.rerun(scope="app")
+
+
 def model_source():
     """Where the model comes from besides the sidebar's presets (widgets only). Drawn when the
     toggle is on (or the model already is an upload or set by hand): the uploader, the text box
@@ -77,7 +82,7 @@ def model_source():
     if v["model"] in (params.CUSTOM, params.UPLOAD) and st.session_state.get("_own_model") is None:
         st.session_state["_own_model"] = True
     if not st.toggle("Bring your own model: upload or paste a config.json, or set the architecture by hand",
-                     key="_own_model"):
+                     persist_state="session", key="_own_model"):
         return
     with st.container(border=True):
         tab_up, tab_paste, tab_hand = st.tabs(["Upload config.json", "Paste config.json", "Set by hand"])
@@ -85,20 +90,20 @@ def model_source():
             st.file_uploader("A Hugging Face config.json (at most 1 MiB)", type=["json"], key="_upload",
                              on_change=_on_upload)
         with tab_paste:
-            st.text_area("config.json text (at most 1 MiB)", key="_paste", height=160,
+            st.text_area("config.json text (at most 1 MiB)", persist_state="session", key="_paste", height=160,
                          max_chars=params.MAX_PASTE_CHARS)
             st.button("Use the pasted config", on_click=_on_paste)
         with tab_hand:
             c1, c2, c3, c4 = st.columns(4)
-            c1.selectbox("Attention", ["mha", "gqa", "mqa", "mla"], key="attention", format_func=str.upper)
-            c2.number_input("Layers", 1, 1000, step=1, key="layers")
-            c3.number_input("Query heads", 1, 1024, step=1, key="heads")
-            c4.number_input("Head dim d_h", 1, 1024, step=1, key="head_dim")
+            c1.selectbox("Attention", ["mha", "gqa", "mqa", "mla"], persist_state="session", key="attention", format_func=str.upper)
+            c2.number_input("Layers", 1, 1000, step=1, persist_state="session", key="layers")
+            c3.number_input("Query heads", 1, 1024, step=1, persist_state="session", key="heads")
+            c4.number_input("Head dim d_h", 1, 1024, step=1, persist_state="session", key="head_dim")
             c1, c2, c3, _ = st.columns(4)
-            c1.number_input("KV heads (GQA)", 1, 1024, step=1, key="kv_heads", disabled=v["attention"] != "gqa")
-            c2.number_input("MLA latent d_c (kv_lora_rank)", 1, 16384, step=64, key="kv_lora_rank",
+            c1.number_input("KV heads (GQA)", 1, 1024, step=1, persist_state="session", key="kv_heads", disabled=v["attention"] != "gqa")
+            c2.number_input("MLA latent d_c (kv_lora_rank)", 1, 16384, step=64, persist_state="session", key="kv_lora_rank",
                             disabled=v["attention"] != "mla")
-            c3.number_input("MLA RoPE key d_r (qk_rope_head_dim)", 1, 1024, step=16, key="rope_dim",
+            c3.number_input("MLA RoPE key d_r (qk_rope_head_dim)", 1, 1024, step=16, persist_state="session", key="rope_dim",
                             disabled=v["attention"] != "mla")
             b1, b2 = st.columns(2)
             b1.button("Use this architecture", on_click=_use_by_hand, type="primary")
@@ -117,14 +122,15 @@ def model_messages():
 def second_model_picker():
     """A second preset beside the first (state key `kv_model2`); returns it or None."""
     labels = models.model_labels()
-    st.selectbox("Second model, in its own column", ["", *model_ids()], key="kv_model2",
-                 format_func=lambda k: "(none)" if not k else labels.get(k, k),
+    st.selectbox("Second model, in its own column", ["", *model_ids()], persist_state="session", key="kv_model2",
+                 format_func=lambda k: "(none)" if not k else labels.get(k, k), on_change=_rerun_page,
                  help="A preset costed at the sidebar's context, batch and KV dtype beside the first model; "
                       "its cache is drawn on the chart too.")
     return models.preset(v["kv_model2"]) if v["kv_model2"] else None
 
 
-def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int, ...] = (0, 1, 2, 3)):
+def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int, ...] = (0, 1, 2, 3),
+            deferred: list | None = None):
     """The model's headline numbers (views.kv_summary); returns the summary, or None when the
     core refuses the inputs (the error is shown)."""
     try:
@@ -132,8 +138,8 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int
     except MLAError as e:
         text.error(e)
         return None
-    if present:  # on a slide the warnings follow the chart
-        DEFERRED.extend(s.warnings)
+    if present and deferred is not None:  # on a slide the warnings follow the chart
+        deferred.extend(s.warnings)
     else:
         for w in s.warnings:
             text.warning(w)
@@ -163,14 +169,14 @@ def comparison_settings(box, k):
     """The comparison's own widgets (state keys COMPARISON_KEYS) in `box`."""
     with box:
         c1, c2, c3, c4, c5 = st.columns(5)
-        c1.selectbox("GQA groups (KV heads)", k.gqa_choices, key="gqa_groups",
+        c1.selectbox("GQA groups (KV heads)", k.gqa_choices, persist_state="session", key="gqa_groups",
                      format_func=lambda g: f"default ({k.default_gqa_groups})" if g == 0 else str(g))
-        c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, key="cmp_kv_lora_rank")
-        c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, key="cmp_rope_dim")
-        c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), key="block_size",
+        c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, persist_state="session", key="cmp_kv_lora_rank")
+        c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, persist_state="session", key="cmp_rope_dim")
+        c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), persist_state="session", key="block_size",
                      format_func=lambda n: "no rounding" if n == 0 else str(n))
         if k.model_is_mla:
-            c5.radio("MLA cache layout", ["latent", "expanded"], key="cache_layout",
+            c5.radio("MLA cache layout", ["latent", "expanded"], persist_state="session", key="cache_layout",
                      help="latent: (d_c + d_r) per token per layer (absorbed path, MLA-aware engines). "
                           "expanded: per-head K and V (the naive path; engines without MLA support).")
 
@@ -237,7 +243,7 @@ def context_chart(model, kv_dtype, second=None):
     fig = go.Figure()
     lines = [*sw.series, *([sw.second] if sw.second else [])]
     for s in lines:
-        name = charts.plot_text(s.label + (" (this model)" if s.is_model else ""))
+        name = charts.plot_text(legend_name(s.label, sw.same_as) + (" (this model)" if s.is_model else ""))
         fig.add_trace(dict(
             type="scatter", x=list(s.x), y=[n / GiB for n in s.y], mode="lines", name=name,
             line={"color": "#000000" if s is sw.second else charts.color_for(s.label), "width": 4 if present else 2.5,
@@ -269,46 +275,61 @@ def layers(model, s):
 
 
 # --- the page -------------------------------------------------------------------------------------------
-DEFERRED: list[str] = []  # warnings a slide shows below its chart
-
-
-def summaries(model, kv_dtype, second):
-    """One column per model: the chosen (what-if) model, and the second model when picked."""
+def summaries(model, kv_dtype, second, deferred: list):
+    """One column per model: the chosen (what-if) model, and the second model when picked, with
+    the second's cache against the first's (views.kv_ratio)."""
     if second is None:
-        return summary(model, kv_dtype)
+        return summary(model, kv_dtype, deferred=deferred)
     only = (0, 2) if present else (0, 1, 2, 3)  # a slide keeps one row: per token and per sequence
     c1, c2 = st.columns(2)
     with c1:
-        first = summary(model, kv_dtype, columns=2, only=only)
+        first = summary(model, kv_dtype, columns=2, only=only, deferred=deferred)
     with c2:
-        summary(second, v["kv_dtype"], columns=2, tag="" if present else ", second model", only=only)
+        other = summary(second, v["kv_dtype"], columns=2, tag="" if present else ", second model", only=only,
+                        deferred=deferred)
+    if first is not None and other is not None:
+        st.markdown(f"**{escape_md(kv_ratio(first, other).sentence, 300)}**")
     return first
 
 
-base = models.current_model()
-wi = whatif.panel_state(base, v)
-model, kv_dtype = wi.model, wi.kv_dtype
-second = models.preset(v["kv_model2"]) if v["kv_model2"] else None
-charts.page_title("KV cache", "MLA against MHA, GQA and MQA", model.name, T,
-                  extra=(f"beside {second.name}" if second else None), present=present)
-if present:  # one slide: key numbers and the chart first, the controls below it
-    s = summaries(model, kv_dtype, second)
-    context_chart(model, kv_dtype, second)
-    for w in dict.fromkeys(DEFERRED):
-        text.warning(w)
-    whatif.draw(base, wi, v, expanded=False)
-    layers(model, s)
-    variants(model, kv_dtype)
-    with st.expander("Second model", expanded=False):
+@layout.section
+def model_numbers():
+    """Everything the what-if sliders, the second model and the comparison settings change: one
+    section (they all change the model the numbers are of), rerun alone when one of them moves."""
+    global v, block
+    v = state.values()
+    block = v["block_size"] or None
+    base = models.current_model()
+    wi = whatif.panel_state(base, v)
+    model, kv_dtype = wi.model, wi.kv_dtype
+    second = models.preset(v["kv_model2"]) if v["kv_model2"] else None
+    deferred: list[str] = []  # warnings a slide shows below its chart
+    if present:  # one slide: key numbers and the chart first, the controls below it
+        s = summaries(model, kv_dtype, second, deferred)
+        context_chart(model, kv_dtype, second)
+        for w in dict.fromkeys(deferred):
+            text.warning(w)
+        whatif.draw(base, wi, v, expanded=False)
+        layers(model, s)
+        variants(model, kv_dtype)
+        with st.expander("Second model", expanded=False):
+            second_model_picker()
+    else:
+        whatif.draw(base, wi, v)
         second_model_picker()
+        s = summaries(model, kv_dtype, second, deferred)
+        layers(model, s)
+        variants(model, kv_dtype)
+        context_chart(model, kv_dtype, second)
+
+
+charts.page_title("KV cache", "MLA against MHA, GQA and MQA", models.resolve_model(v)[0].name, T,
+                  extra=(f"beside {models.preset(v['kv_model2']).name}" if v["kv_model2"] else None), present=present)
+if present:
+    model_numbers()
     model_source()
     model_messages()
 else:
     model_source()
     model_messages()
-    whatif.draw(base, wi, v)
-    second_model_picker()
-    s = summaries(model, kv_dtype, second)
-    layers(model, s)
-    variants(model, kv_dtype)
-    context_chart(model, kv_dtype, second)
+    model_numbers()

@@ -16,8 +16,9 @@ from mla_core.kv import default_gqa_groups, gqa_group_choices
 from mla_core.roofline import MLA_PATHS
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
                             format_seconds, format_token_rate, format_tokens)
-from mla_core.views import measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison
-from ui import charts, measured, models, params, state, whatif
+from mla_core.views import (measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison,
+                            variant_dims_settable)
+from ui import charts, layout, measured, models, params, state, whatif
 from ui.text import csv_text, escape_md, frame
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)
@@ -28,10 +29,9 @@ T, B, tp = v["context"], v["batch"], v["tp"]
 wdtype = None if v["weights_dtype"] == "auto" else v["weights_dtype"]
 
 
-def _legend_below(fig, rows: int = 2) -> None:
-    """Many traces: the legend goes under the plot, where it cannot run into the title."""
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2 - (0.05 if present else 0), "x": 0},
-                      margin={"b": (45 if present else 30) * rows + 70})
+def _legend_below(fig, per_row: int = 3) -> None:
+    """Many traces: the legend goes under the plot (charts.legend_below), clear of the axis title."""
+    charts.legend_below(fig, present=present, per_row=per_row)
 
 
 def _warn(text: str) -> None:
@@ -53,26 +53,30 @@ def settings(model, g):
     """The page's own controls (widgets only)."""
     with st.expander("Roofline settings", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)
-        c1.radio("MLA path (decode step, TP chart)", MLA_PATHS, key="mla_path", horizontal=True,
+        c1.radio("MLA path (decode step, TP chart)", MLA_PATHS, persist_state="session", key="mla_path", horizontal=True,
                  help="absorbed: attention on the latent (FlashMLA). recompute: latent cached, K and V rebuilt every "
                       "step. expanded: reads the per-head cache of an MLA-unaware engine.")
-        c2.number_input("Tensor parallel size (tp), shared with the Capacity page", 1, 4096, step=1, key="tp",
+        c2.number_input("Tensor parallel size (tp), shared with the Capacity page", 1, 4096, step=1, persist_state="session", key="tp",
                         help="One setting for both pages. The decode step shows one GPU's share: weights / TP, query "
                              "heads / TP, the MLA latent whole.")
-        c3.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], key="weights_dtype",
+        c3.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key="weights_dtype",
                      help="auto: fp8 for fp8-quantized configs, else torch_dtype. The step's peak is the weights' "
                           "dtype's.")
         choices = [0, *gqa_group_choices(model)]
         if v["gqa_groups"] not in choices:  # refused (views.roofline_view warns): the widget shows the default
             st.session_state["gqa_groups"] = 0
         default = default_gqa_groups(model)
-        c4.selectbox("GQA groups (KV heads)", choices, key="gqa_groups",
+        c4.selectbox("GQA groups (KV heads)", choices, persist_state="session", key="gqa_groups",
                      format_func=lambda n: f"default ({default})" if n == 0 else str(n))
         c1, c2, c3, _ = st.columns(4)
-        c1.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, key="cmp_kv_lora_rank")
-        c2.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, key="cmp_rope_dim")
+        if variant_dims_settable(model):  # an MLA model's d_c and d_r: the what-if sliders below, the one control
+            c1.number_input("MLA variant's d_c (0 = 4 d_h)", 0, 16384, step=64, persist_state="session",
+                            key="cmp_kv_lora_rank", help="The latent width of the same-width MLA variant of this "
+                                                         "model, which has no MLA of its own.")
+            c2.number_input("MLA variant's d_r (0 = d_h / 2)", 0, 1024, step=16, persist_state="session",
+                            key="cmp_rope_dim", help="The decoupled RoPE key of the same-width MLA variant.")
         if g.needs_peak:
-            c3.number_input(f"Peak of {g.name}, dense bf16 TFLOP/s", 0.0, 1e6, step=1.0, key="peak_tflops",
+            c3.number_input(f"Peak of {g.name}, dense bf16 TFLOP/s", 0.0, 1e6, step=1.0, persist_state="session", key="peak_tflops",
                             help="Apple publishes no tensor peak; the benchmark page measures one (matmul TFLOP/s).")
 
 
@@ -256,7 +260,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
                                       "tracegroupgap": 2},
                           margin={"t": 60, "b": 10})
     else:
-        _legend_below(fig, rows=3)
+        _legend_below(fig)
     charts.show(fig, "decode-roofline", key="_roofline_chart")
     if not present:
         st.caption("Filled markers: every query head on one GPU (TP 1, or DP-attention); the hollow marker is one "
@@ -301,7 +305,7 @@ def variants_table(rv, gpu):
 def step_chart(model, gpu, kv_dtype, rv):
     """The whole decode step against batch (views.step_sweep)."""
     st.subheader("The whole decode step against batch (weights + KV)")
-    st.toggle("Add the same-width variants", key="_step_variants")
+    st.toggle("Add the same-width variants", persist_state="session", key="_step_variants")
     variants = None
     if st.session_state.get("_step_variants"):
         variants = roofline_variants(model, rv.kv_dtype, gqa_groups=v["gqa_groups"],
@@ -367,7 +371,7 @@ def step_chart(model, gpu, kv_dtype, rv):
     charts.style(fig_r, title="Tokens/s, upper bound (all sequences)", x_title="batch (sequences)",
                  y_title="tokens/s, upper bound (tokens/s)", log_x=True, log_y=True, present=present)
     for f in (fig_t, fig_r):
-        _legend_below(f, rows=2 + len(sw.lines) // 2)
+        _legend_below(f, per_row=2)
     if present:
         charts.show(fig_t, "decode-step-time", key="_step_time_chart")
         charts.show(fig_r, "decode-tokens-per-s", key="_step_rate_chart")
@@ -420,7 +424,7 @@ def tp_chart(model, gpu, kv_dtype, rv):
                  y_title="attention intensity per GPU (flop/B)", log_x=True, log_y=True, present=present,
                  height=420 if not present else None)
     fig_tp.update_xaxes(tickvals=degrees, ticktext=[str(t) for t in degrees])
-    _legend_below(fig_tp, rows=2)
+    _legend_below(fig_tp, per_row=2)
     charts.show(fig_tp, "tp-vs-dp-attention", key="_tp_chart")
     tp_table = frame([{
         "TP": t,
@@ -445,37 +449,52 @@ def tp_chart(model, gpu, kv_dtype, rv):
 
 
 # --- the page -------------------------------------------------------------------------------------------
-base = models.current_model()
-wi = whatif.panel_state(base, v)
-model, kv_dtype = wi.model, wi.kv_dtype
-charts.page_title("Decode roofline", "MLA against MHA, GQA and MQA", model.name, T,
-                  extra=f"batch {B:,}, TP {tp}", present=present)
-g = gpu_choice()
-gpu, gpu_name = g.gpu, g.name
-
-
 def sample_picker():
     samples = measured.sample_files()
     if samples:
-        st.multiselect("Add committed measurements (data/samples)", samples, key="_measured_samples",
-                       help="Results of `python -m mla_core bench` kept in the repository.")
+        st.multiselect("Add committed measurements (data/samples)", samples, persist_state="session",
+                       key="_measured_samples", help="Results of `python -m mla_core bench` kept in the repository.")
 
 
-if not present:
-    settings(model, g)
-    whatif.draw(base, wi, v)
-    sample_picker()
-measured_sets = _load_measured()
-rv = summary(model, gpu, gpu_name, kv_dtype, measured_sets)
-if rv is None:
-    st.stop()
-roofline_chart(rv, gpu, gpu_name, measured_sets)
-if present:  # the slide is above; its warnings and controls follow
-    for w in rv.warnings:
-        _warn(w)
-    settings(model, g)
-    whatif.draw(base, wi, v, expanded=False)
-    sample_picker()
-variants_table(rv, gpu)
-step_chart(model, gpu, kv_dtype, rv)
-tp_chart(model, gpu, kv_dtype, rv)
+@layout.section
+def step_section(model, gpu, kv_dtype, rv):
+    """The step charts, rerun alone when their toggle moves (their inputs come from the page's run)."""
+    step_chart(model, gpu, kv_dtype, rv)
+
+
+@layout.section
+def roofline_page():
+    """Every section of the page: the settings, the what-if sliders and the samples change them
+    all, so one section holds them; a change in it reruns it without the sidebar."""
+    global v, tp, wdtype
+    v = state.values()
+    tp = v["tp"]
+    wdtype = None if v["weights_dtype"] == "auto" else v["weights_dtype"]
+    base = models.current_model()
+    wi = whatif.panel_state(base, v)
+    model, kv_dtype = wi.model, wi.kv_dtype
+    g = gpu_choice()
+    gpu, gpu_name = g.gpu, g.name
+    if not present:
+        settings(model, g)
+        whatif.draw(base, wi, v)
+        sample_picker()
+    measured_sets = _load_measured()
+    rv = summary(model, gpu, gpu_name, kv_dtype, measured_sets)
+    if rv is None:
+        return
+    roofline_chart(rv, gpu, gpu_name, measured_sets)
+    if present:  # the slide is above; its warnings and controls follow
+        for w in rv.warnings:
+            _warn(w)
+        settings(model, g)
+        whatif.draw(base, wi, v, expanded=False)
+        sample_picker()
+    variants_table(rv, gpu)
+    step_section(model, gpu, kv_dtype, rv)
+    tp_chart(model, gpu, kv_dtype, rv)
+
+
+charts.page_title("Decode roofline", "MLA against MHA, GQA and MQA", models.resolve_model(v)[0].name, T,
+                  extra=f"batch {B:,}, TP {tp}", present=present)
+roofline_page()

@@ -230,3 +230,35 @@ def test_memory_breakdown_adds_up():
     assert b["weights"] + b["reserve"] + b["headroom"] == b["memory"] + b["over"] and b["over"] > 0
     with pytest.raises(MLAError):
         memory_breakdown(capacity(load_model("llama-3.1-8b"), context=10, kv_budget_bytes=1 << 30))
+
+
+def test_an_mla_model_in_bf16_is_told_what_fp8_would_hold():
+    at = run_page(PAGE, **dict(V3_8xH200, kv_dtype="bf16"))
+    no_exceptions(at)
+    bf16, fp8 = core(kv_dtype="bf16"), core(kv_dtype="fp8")
+    assert fp8["max_concurrent_requests"] > bf16["max_concurrent_requests"] > 0
+    note = texts(at.info)
+    assert (f"would hold {fp8['max_concurrent_requests']:,} whole requests of 128K tokens at once instead of "
+            f"{bf16['max_concurrent_requests']:,} "
+            f"({fp8['max_concurrent_requests'] / bf16['max_concurrent_requests']:.2f}x)") in note
+    # already at fp8, or a model without MLA: nothing to say
+    for query in (V3_8xH200, dict(V3_8xH200, model="llama-3.1-70b", kv_dtype="bf16")):
+        assert "would hold" not in texts(run_page(PAGE, **query).info)
+
+
+def test_coinciding_curves_say_same_as():
+    from mla_core.views import capacity_variants_view, capacity_view
+
+    at = run_page(PAGE, **V3_8xH200)
+    no_exceptions(at)
+    m, g = load_model("deepseek-v3"), load_gpu("h200")
+    cvv = capacity_variants_view(m, capacity_view(m, g, context=131072, num_gpus=8, tp=8, kv_dtype="fp8"))
+    by = {s.label: s for s in cvv.series}
+    # TP 8 leaves GQA-8 one KV head a GPU, as MQA: only their weights differ (k_proj, v_proj), by under 3%
+    assert by["GQA-8"].y != by["MQA"].y
+    assert all(abs(a - b) <= 0.03 * max(a, b) for a, b in zip(by["GQA-8"].y, by["MQA"].y))
+    assert cvv.same_as == {"MQA": ("GQA-8", False)}
+    fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+               if "against context" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    names = [t.get("name") for t in fig["data"] if t.get("name")]
+    assert "MQA (within 3% of GQA-8)" in names and "GQA-8" in names

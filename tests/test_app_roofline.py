@@ -307,3 +307,24 @@ def test_step_charts_mark_the_largest_batch_that_fits_and_the_whole_step_intensi
     assert grey and min(grey[0]["x"]) <= cap < max(grey[0]["x"])
     solid = next(t for t in step_fig["data"] if t.get("name", "").endswith("(this model)"))
     assert max(solid["x"]) <= cap
+
+
+def _points(at) -> list[dict]:
+    """The traces of the roofline chart (the first chart)."""
+    return _figures(at)[0]["data"]
+
+
+def test_one_control_for_the_mla_variants_d_c_and_d_r():
+    """An MLA model's d_c and d_r: the what-if sliders only; a model without MLA: the variant's boxes."""
+    mla = run_page("pages/roofline.py", model="deepseek-v3")
+    no_exceptions(mla)
+    keys = {w.key for w in mla.number_input}
+    assert "cmp_kv_lora_rank" not in keys and "cmp_rope_dim" not in keys
+    assert mla.select_slider(key="_wi_kv_lora_rank").value == 512
+    # a value left by the KV page's comparison settings does not move an MLA model's own point
+    moved = run_page("pages/roofline.py", model="deepseek-v3", cmp_kv_lora_rank="128")
+    own = [p for p in _points(moved) if p.get("name", "").endswith("(this model)")]
+    assert own and own[0]["x"] == [p["x"] for p in _points(mla) if p.get("name", "").endswith("(this model)")][0]
+    dense = run_page("pages/roofline.py", model="llama-3.1-70b")
+    assert {"cmp_kv_lora_rank", "cmp_rope_dim"} <= {w.key for w in dense.number_input}
+    assert not [s for s in dense.select_slider if s.key == "_wi_kv_lora_rank"]

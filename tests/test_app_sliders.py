@@ -10,6 +10,7 @@ from mla_core.kv import compare_variants, kv_report
 from mla_core.presets import load_model
 from mla_core.roofline import decode_attention
 from mla_core.units import format_bytes, format_intensity, format_tokens
+from mla_core.views import kv_ratio, kv_summary
 from mla_core.whatif import what_if
 
 KV, ROOF = "pages/kv_cache.py", "pages/roofline.py"
@@ -120,6 +121,13 @@ def test_second_model_in_its_own_column():
     assert metric(at, "KV bytes per token, second model") == format_bytes(want["kv_bytes_per_token"])
     names = [t.get("name", "") for t in _context_chart(at)["data"]]
     assert any(n.startswith("llama-3.1-70b") for n in names)
+    # their ratio, the core's (views.kv_ratio of the two summaries the columns show)
+    first = kv_summary(load_model("deepseek-v3"), 131072, 1, "bf16")
+    other = kv_summary(load_model("llama-3.1-70b"), 131072, 1, "bf16")
+    r = kv_ratio(first, other)
+    assert r.per_token == pytest.approx(want["kv_bytes_per_token"] / 70272)
+    assert any(plain(m.value) == f"**{r.sentence}**" for m in at.markdown), [m.value for m in at.markdown][:8]
+    assert f"{r.per_sequence:.2f}x more" in r.sentence and "llama-3.1-70b caches" in r.sentence
 
 
 def test_heading_counts_the_rows_of_its_table():

@@ -17,11 +17,12 @@ def test_benchmark_suite_runs_on_tiny_sizes(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     text = (tmp_path / "RESULTS.md").read_text()
     for section in ("1. Command-line answer", "2. Page reactivity", "3. Sweeps", "5. The microbenchmark",
-                    "6. Serving plan search", "7. Served speed", "8. What one Streamlit element costs"):
+                    "6. Serving plan search", "7. Served speed", "8. What one Streamlit element costs",
+                    "9. What a user waits for in a real browser"):
         assert section in text
     assert "FAILED" not in text
     for name in ("cli_vs_python_c_pass", "rerun_kv_cache_ms", "capacity_sweep_ms", "copy_vs_numpy_copyto",
                  "absorbed_vs_recompute_speedup", "served_rerun_trivial_app_ms", "served_rerun_kv_cache_vs_trivial",
                  "served_app_rss_after_1_benchmark_runs_MiB", "served_rerun_shell_vs_trivial",
-                 "served_cost_of_one_dataframe_pyarrow_8_rows_ms"):
+                 "served_cost_of_one_dataframe_pyarrow_8_rows_ms", "ui_charts_gain_over_plain_plotly_ms"):
         assert name in text

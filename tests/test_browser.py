@@ -207,3 +207,56 @@ def test_dragging_sliders_moves_the_numbers_to_the_cores(server, browser, shots)
     assert _metric_text(page, "Per sequence") == format_bytes(want["kv_cache_bytes_per_sequence"])
     page.screenshot(path=os.path.join(shots, "kv_what_if.png"), full_page=False)
     page.close()
+
+
+# Boxes of a chart's parts that must not overlap: the y axis's title and the chart's title; the legend
+# and the x axis's title (Plotly's SVG classes). A legend that needs a scrollbar is too tall for its chart.
+CHART_OVERLAPS = """() => {
+  const box = (el) => el ? el.getBoundingClientRect() : null;
+  const hit = (a, b) => a && b && a.width && b.width && a.left < b.right && b.left < a.right &&
+                        a.top < b.bottom && b.top < a.bottom;
+  return [...document.querySelectorAll('.js-plotly-plot')].flatMap((plot, i) => {
+    const title = box(plot.querySelector('.g-gtitle text')), ytitle = box(plot.querySelector('.g-ytitle text'));
+    const xtitle = box(plot.querySelector('.g-xtitle text')), legend = box(plot.querySelector('.legend .bg'));
+    const out = [];
+    if (hit(title, ytitle)) out.push(`chart ${i}: the y axis title runs into the chart title`);
+    if (hit(legend, xtitle)) out.push(`chart ${i}: the legend touches the x axis title`);
+    const bar = plot.querySelector('.legend .scrollbar');
+    if (bar && bar.getBoundingClientRect().height > 0) out.push(`chart ${i}: the legend needs a scrollbar`);
+    return out;
+  });
+}"""
+# A table wider than its frame scrolls sideways (its last columns out of sight).
+CLIPPED_TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].map((t, i) => {
+    const s = t.querySelector('.dvn-scroller'); return s && s.scrollWidth > s.clientWidth + 2 ? i : null; })
+    .filter(i => i !== null)"""
+
+
+@pytest.mark.parametrize("path, name", [(s[0], s[1]) for s in SLIDES if s[1] in ("capacity", "serving", "claims", "roofline", "kv")])
+def test_chart_titles_legends_and_axis_titles_do_not_overlap(server, browser, path, name):
+    for present, viewport in ((True, {"width": SLIDE[0], "height": SLIDE[1]}), (False, {"width": 1440, "height": 900})):
+        page = browser.new_page(viewport=viewport)
+        page.goto(f"{server}/{path}?{LINK}" + ("&present=1" if present else ""), wait_until="domcontentloaded")
+        page.wait_for_selector(".js-plotly-plot", timeout=90000)
+        _settle(page)
+        time.sleep(1)
+        assert page.evaluate(CHART_OVERLAPS) == [], (name, present)
+        if not present:
+            assert page.evaluate(CLIPPED_TABLES) == [], f"{name}: a table is wider than the page at 1440 px"
+        page.close()
+
+
+def test_the_copy_link_button_copies_this_views_link(server, browser):
+    ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+    ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
+    page = ctx.new_page()
+    page.goto(f"{server}/concurrency?model=kimi-k2-instruct&context=65536", wait_until="domcontentloaded")
+    _settle(page)
+    button = page.locator("[data-mla-copy-link]")
+    assert button.count() == 1
+    button.click()
+    page.wait_for_function("() => document.querySelector('[data-mla-copy-link]').textContent === 'Link copied'")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == page.url and "/concurrency?" in copied and "model=kimi-k2-instruct" in copied
+    assert "context=65536" in copied
+    ctx.close()

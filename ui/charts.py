@@ -220,10 +220,15 @@ def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = 
     own = fig.layout
     fig.layout = _merge(copy.deepcopy(_base_layout(bool(present))), own)
     fig.update_layout(title={"text": title}, xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}})
+    if present and len(y_title) > 24:  # a slide's plot is short: a long rotated title would run into the chart title
+        cut = y_title.rfind(" ", 0, len(y_title) // 2 + 6)
+        if cut > 0:
+            fig.update_layout(yaxis={"title": {"text": y_title[:cut] + "<br>" + y_title[cut + 1:]}})
+    # Log axes label their 2s and 5s in full ("20", "50"), never as bare digits ("2" for 20).
     if log_x:
-        fig.update_xaxes(type="log")
+        fig.update_xaxes(type="log", minorloglabels="complete")
     if log_y:
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(type="log", minorloglabels="complete")
     if x_tokens:
         from mla_core.units import token_ticks
 
@@ -232,6 +237,26 @@ def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = 
             fig.update_xaxes(tickvals=values, ticktext=labels)
     if height:
         fig.update_layout(height=height)
+    return fig
+
+
+LEGEND_ROW_PX = 24  # one row of a horizontal legend at the desk's type size (30 on a slide)
+
+
+def legend_below(fig: Figure, entries: int | None = None, *, present: bool = False, per_row: int = 3) -> Figure:
+    """The legend under the plot, anchored to the bottom of the figure (yref "container") with the
+    bottom margin grown to hold its rows (`entries`: the traces shown in the legend unless
+    given), so it never runs into the x axis's title; the figure grows by as much, so the plot
+    keeps its height."""
+    if entries is None:
+        entries = sum(1 for t in fig.data if t.get("showlegend", True) is not False)
+    rows = max(1, -(-entries // per_row))
+    row = LEGEND_ROW_PX + (6 if present else 0)
+    extra = rows * row
+    height = (fig.layout.get("height") or _base_layout(bool(present))["height"]) + extra
+    fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0,
+                              "xanchor": "left"},
+                      margin={"b": 64 + (16 if present else 0) + extra}, height=height)
     return fig
 
 

@@ -1,19 +1,61 @@
-"""Sections a page draws only while the user has them open.
+"""How a page is put together: sections that rerun on their own (`section`) and sections drawn
+only while the user has them open (`lazy_expander`).
 
-Every element a page draws is a message the server builds and writes on every rerun: about
-0.25 ms a text or metric, 0.35-0.5 ms a widget, about 1 ms a table or a chart on a 2-core machine
-(benchmarks/element_costs.py). A section behind a `lazy_expander` costs one widget while closed.
+Every element a page draws is a message the server builds and writes, and the browser lays out
+and paints, on every rerun that draws it: about 0.25 ms of server time a text or metric,
+0.35-0.5 ms a widget, about 1 ms a table or a chart on a 2-core machine
+(benchmarks/element_costs.py), and in the browser tens of milliseconds a chart
+(benchmarks/browser.py). So a control reruns only the section it changes, and a section nobody
+opened costs one widget.
 """
 from __future__ import annotations
+
+import functools
 
 import streamlit as st
 
 
+def _fragment_run() -> bool:
+    """True while Streamlit reruns a fragment alone (a widget inside it changed)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
+def section(fn):
+    """A page section as a Streamlit fragment (`st.fragment`): a widget inside it reruns this
+    function alone, not the page, the sidebar and the other sections. The sidebar's shared
+    settings still rerun the whole page (and so every section). Write a section as a function
+    that reads the state itself (`ui.state.values()`), calls one core function
+    (mla_core.views) and draws what it returns: on its own reruns Streamlit calls it with the
+    arguments of the last full run, so an argument must not depend on the section's own widgets.
+    On its own reruns the URL is brought up to date at its end, as app.py does after a page;
+    the rerun is counted for the benchmark's disturbance evidence (ui.state.init)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        alone = _fragment_run()
+        if alone:
+            from . import state
+
+            state.note_rerun()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if alone:
+                from . import state
+
+                state.sync_url()
+
+    return st.fragment(run)
+
+
 def lazy_expander(label: str, key: str, *, expanded: bool = False):
     """An expander whose body is drawn only while it is open: `with box:` after checking
-    `box.open` (Streamlit's on_change="rerun": opening or closing it reruns the page). A closed
-    section's widgets and numbers cost nothing on the page's other reruns; the values its
-    widgets hold stay in the session state (ui.state keeps every key).
+    `box.open` (Streamlit's on_change="rerun": opening or closing it reruns the page, or the
+    section it is in). A closed section's widgets and numbers cost nothing on the page's other
+    reruns; the values its widgets hold stay in the session state (persist_state="session").
 
     `expanded`: whether it opens when the state has no `key` yet (a session's first look, or
     back from another page), e.g. because the link sets one of its values. It seeds the state
@@ -23,3 +65,33 @@ def lazy_expander(label: str, key: str, *, expanded: bool = False):
     if key not in st.session_state:
         st.session_state[key] = bool(expanded)
     return st.expander(label, expanded=False, key=key, on_change="rerun")
+
+
+COPY_LINK_HTML = """<button type="button" data-mla-copy-link title="Copy this view's link (the URL carries every setting)"
+ style="font: inherit; font-size: 0.9rem; color: inherit; background: transparent; cursor: pointer;
+        border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 0.5rem; padding: 0.3rem 0.8rem;">Copy link</button>
+<script>
+if (!window.__mlaCopyLink) {
+  window.__mlaCopyLink = true;
+  const copy = async (text) => {
+    if (navigator.clipboard && window.isSecureContext) { await navigator.clipboard.writeText(text); return; }
+    const area = Object.assign(document.createElement("textarea"), {value: text});
+    area.style.position = "fixed"; area.style.opacity = "0";
+    document.body.appendChild(area); area.select(); document.execCommand("copy"); area.remove();
+  };
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("[data-mla-copy-link]");
+    if (!button) return;
+    try { await copy(window.location.href); button.textContent = "Link copied"; }
+    catch (e) { button.textContent = "Copy failed: select the address bar"; }
+    setTimeout(() => { button.textContent = "Copy link"; }, 2000);
+  });
+}
+</script>"""
+
+
+def copy_link_button() -> None:
+    """A "Copy link" button: the browser's address (the page and every setting that differs from
+    its default, ui.state.sync_url) to the clipboard. A constant snippet: no user text goes
+    through it."""
+    st.html(COPY_LINK_HTML, width="content", unsafe_allow_javascript=True)

@@ -243,6 +243,9 @@ SESSION_KEYS = (
     "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model", "_bench_cmp_disturbed",
 )
 _P += [Param(key, None, str, "session only", url=False) for key in SESSION_KEYS]
+# Session keys whose widgets do not keep their value themselves (persist_state): the Benchmark
+# page's (ui/bench_*.py); ui.state.init re-assigns them on every run.
+REASSIGNED = tuple(k for k in SESSION_KEYS if k.startswith("_bench_"))
 PARAMS: dict[str, Param] = {p.key: p for p in _P}
 
 

@@ -1,14 +1,21 @@
 """Session state and the URL: read the link once, keep every value across pages, write it back.
 
-- `init()` (top of app.py, every run): on a session's first run the query parameters are parsed
-  (`ui.params`); refused values fall back to their defaults and the reasons are kept for
-  `show_link_warnings()`. On later runs every key of the one registry (`params.PARAMS`: the
-  link's parameters and the session-only widget keys such as the benchmark's settings) is
-  re-assigned to itself, because Streamlit drops a widget's key when a page does not draw it.
-- `sync_url()` (end of app.py, every run): the URL gets what differs from the defaults, so a
-  copied link reopens the same view.
+- `init()` (top of app.py, every full run): on a session's first run the query parameters are
+  parsed (`ui.params`: every refused value falls back to its default and the reason is kept for
+  `show_link_warnings()`) and seeded into the session state under the parameter names.
+- Values survive pages that do not draw their widget because every widget the pages key by a
+  parameter name is drawn with Streamlit's own `persist_state="session"`. Only the Benchmark
+  page's session keys (`params.REASSIGNED`, widgets in ui/bench_*.py that do not persist
+  themselves yet) are still re-assigned to themselves on every run.
+- `sync_url()` (end of app.py, and at the end of a section's own rerun: ui.layout.section): the
+  URL gets what differs from the defaults, so a copied link reopens the same view.
 - Every run is counted for the benchmark (ui.bench_runs.note_rerun): other sessions' reruns
   during a run are evidence that it was disturbed.
+
+Why not Streamlit's `bind="query-params"` for the link: a bound widget drops a value it cannot
+use without a word (the project's rule is a warning and the default, tests/test_app.py), writes a
+select box's formatted label rather than its value (`model=deepseek-v3 (MLA)`), and carries a
+page's parameters only while that page is shown, where a link here keeps every setting.
 Widgets use the parameter names as keys and no `value=` (the state seeds them).
 """
 from __future__ import annotations
@@ -30,10 +37,15 @@ def session_id() -> str | None:
     return ctx.session_id if ctx is not None else None
 
 
-def init() -> None:
+def note_rerun() -> None:
+    """Count this run for the benchmark's disturbance evidence (ui.bench_runs)."""
     from . import bench_runs
 
     bench_runs.registry().note_rerun(session_id())
+
+
+def init() -> None:
+    note_rerun()
     ss = st.session_state
     if not ss.get(_INIT):
         values, warnings = params.parse_query(st.query_params.to_dict())
@@ -46,17 +58,12 @@ def init() -> None:
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
     else:
-        # One look at the state (`key in ss` builds the whole filtered state every time). A key
-        # away from its default is re-assigned to itself, so Streamlit keeps it when its widget
-        # is not drawn this run; a missing one gets its default. A key at its default needs
-        # neither: if Streamlit drops it, the next run seeds the same default.
+        # The Benchmark page's widgets do not persist themselves: a key of theirs away from its
+        # default is re-assigned to itself, so Streamlit keeps it when its widget is not drawn.
         have = ss.to_dict()
-        for key, p in params.PARAMS.items():
-            if key in have:
-                if have[key] != p.default:
-                    ss[key] = have[key]
-            elif p.default is not None:
-                ss[key] = p.default
+        for key in params.REASSIGNED:
+            if key in have and have[key] is not None:
+                ss[key] = have[key]
 
 
 def values() -> dict:

@@ -93,7 +93,7 @@ def context_control() -> None:
                      format_func=token_label,
                      help="Each step doubles (a log scale), then 2M, 4M and 10M; type any count below. " + TOKEN_RULE)
     st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
-                    key="context",
+                    persist_state="session", key="context",
                     help="T: tokens held per sequence. Any whole number up to 10^15. " + TOKEN_RULE)
     st.caption(f"T = **{context:,}** tokens ({format_tokens(context)})"
                + ("" if context in CONTEXT_STOPS else "; the slider shows the nearest stop"))
@@ -108,4 +108,4 @@ def batch_control() -> None:
     st.select_slider("Batch, on a log scale", BATCH_STOPS, key=BATCH_SLIDER, on_change=_from_slider,
                      args=("batch", BATCH_SLIDER), format_func=lambda b: f"{b:,}",
                      help="Each step doubles; type any count below.")
-    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, key="batch")
+    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, persist_state="session", key="batch")

@@ -1,0 +1,310 @@
+"""9. What a user waits for: a slider or a number box, in a real browser, until the page is redrawn.
+
+Debian's chromium (Playwright, `executable_path`, the flags of tests/browser_util.py) opens the
+explorer's KV, Capacity, Roofline and Serving plan pages (served as `make app` serves them:
+`python -m ui.serve`) and, in another tab of the same browser, the trivial app
+(benchmarks/trivial_app.py: one slider, one number box, one metric, one Plotly chart) served the
+same way. Every slider and number box a page shows (the sidebar's included) is used as a user
+uses it: a slider's thumb dragged and let go (timed from the mouse-up), a number typed into a
+box and Enter pressed (timed from the Enter). The time stops at the frame after the last change
+to the page that the rerun causes: the last message from the server and the last DOM mutation
+(the new number, the redrawn chart, the elements Streamlit retires), once nothing has changed
+for QUIET_S. Plotly's hover layer, tooltips and Streamlit's header (the running-man icon) do not
+count. Each round measures the trivial app's slider and number box before each page's controls,
+so the two are side by side in time; each control's p50 and p95 are reported as ratios of the
+trivial app's control of the same kind (slider to slider, number box to number box).
+Goal (issue 20): p50 <= 2.5x and p95 <= 4x on every control.
+
+    .venv/bin/python benchmarks/browser.py [--rounds N] [--pages kv_cache,capacity] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from common import ROOT, dump, machine, result
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from browser_util import CHROMIUM, LAUNCH_ARGS, free_port  # noqa: E402
+
+import served  # noqa: E402
+
+PAGES = {"kv_cache": "/", "capacity": "/concurrency", "roofline": "/decode-roofline", "serving_plan": "/serving-plan"}
+QUERY = "model=deepseek-v3"
+VIEWPORT = {"width": 1440, "height": 900}
+P50_GOAL, P95_GOAL = 2.5, 4.0
+QUIET_S = 0.6  # nothing changed on the page for this long: the rerun is drawn
+TIMEOUT_S = 30.0
+# Number boxes whose doubled value would say nothing new (0 = off), or refuse: the two values used.
+NUMBER_VALUES = {
+    "GPU memory, GiB (0 = the preset's)": (80.0, 0.0),
+    "Reserve per GPU, GiB": (4.0, 0.0),
+    "Prefix-cache hit rate": (0.5, 0.0),
+    "Acceptance rate (a)": (0.7, 0.0),
+    "Speculative tokens a step (k)": (2, 0),
+    "Your price of one GPU hour, $ (0: none; no price is built in)": (2.5, 0.0),
+    "GPU memory utilization": (0.8, 0.9),
+    "MLA d_c (0 = model's / 4 d_h)": (256, 0),
+    "MLA d_r (0 = model's / d_h/2)": (32, 0),
+}
+
+# Installed before the app's own scripts: counts the server's websocket messages and stamps the
+# last change to the page, from the mouse-up or Enter that starts a measurement.
+PROBE = r"""
+(() => {
+  const M = window.__mla = {armed: false, t0: 0, msgs: 0, lastMsg: 0, lastMut: 0, lastFrame: 0};
+  const WS = window.WebSocket;
+  window.WebSocket = class extends WS {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('message', () => { M.msgs++; if (M.t0) M.lastMsg = performance.now(); });
+    }
+  };
+  const IGNORE = '[data-testid="stHeader"], [data-testid="stToolbar"], [data-testid="stStatusWidget"], ' +
+                 '[data-testid="stDecoration"], .hoverlayer, [role="tooltip"], [data-baseweb="tooltip"]';
+  const counts = (r) => { const e = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+                          return e && !e.closest(IGNORE); };
+  const observer = new MutationObserver((records) => {
+    if (!M.t0 || !records.some(counts)) return;
+    M.lastMut = performance.now();
+    requestAnimationFrame(() => { M.lastFrame = performance.now(); });
+  });
+  const watch = () => observer.observe(document, {subtree: true, childList: true, attributes: true,
+                                                  characterData: true});
+  watch();
+  const start = () => { if (M.armed && !M.t0) M.t0 = performance.now(); };
+  window.addEventListener('pointerup', start, true);
+  window.addEventListener('mouseup', start, true);
+  window.addEventListener('keydown', (e) => { if (e.key === 'Enter') start(); }, true);
+})();
+"""
+ARM = "() => { const M = window.__mla; Object.assign(M, {armed: true, t0: 0, lastMsg: 0, lastMut: 0, lastFrame: 0, " \
+      "msgs0: M.msgs}); }"
+STATE = "() => { const M = window.__mla; return {now: performance.now(), t0: M.t0, msgs: M.msgs - M.msgs0, " \
+        "lastMsg: M.lastMsg, lastMut: M.lastMut, lastFrame: M.lastFrame}; }"
+# What the user reads: every metric's value and every chart's drawn traces (outside the timing).
+SIGNATURE = """() => ({
+  numbers: [...document.querySelectorAll('[data-testid="stMetricValue"]')].map(e => e.innerText).join('|'),
+  charts: [...document.querySelectorAll('.js-plotly-plot')].map(c =>
+      [...c.querySelectorAll('.scatterlayer path, .barlayer path, .gtitle, .xtick text, .ytick text')]
+        .map(p => p.getAttribute('d') || p.textContent).join(';')).join('|')})"""
+
+
+def _pct(xs, q: int) -> float:
+    return served._pct(xs, q) if xs else float("nan")
+
+
+class Control:
+    """One slider or number box of a page, found again by its kind and label on every use."""
+
+    def __init__(self, page, kind: str, label: str, nth: int):
+        self.page, self.kind, self.label, self.nth = page, kind, label, nth
+        self.times: list[float] = []
+        self.changed = {"numbers": 0, "charts": 0}
+        self.values: tuple | None = None
+        self.failures: list[str] = []
+        self.used = 0  # uses so far: the next one moves to the other of its two values
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}: {self.label}" + (f" #{self.nth + 1}" if self.nth else "")
+
+    def locator(self):
+        testid = "stSlider" if self.kind == "slider" else "stNumberInput"
+        return self.page.locator(f'[data-testid="{testid}"]').filter(
+            has=self.page.get_by_text(self.label, exact=True)).nth(self.nth)
+
+    def act(self, i: int) -> None:
+        """The i-th use: drag the thumb to 30% of the track if it sits right of the middle, else to 70%
+        (a move that always changes the value, whatever a number box set); or type the other of the
+        box's two values and press Enter."""
+        el = self.locator()
+        el.scroll_into_view_if_needed(timeout=10000)
+        if self.kind == "slider":
+            thumb = el.locator('input[type="range"]').locator("xpath=../..")
+            track = thumb.locator("xpath=..").bounding_box()
+            box = thumb.bounding_box()
+            y = box["y"] + box["height"] / 2
+            self.page.mouse.move(box["x"] + box["width"] / 2, y)
+            self.page.mouse.down()
+            left = box["x"] + box["width"] / 2 < track["x"] + track["width"] / 2
+            self.page.mouse.move(track["x"] + track["width"] * (0.7 if left else 0.3), y, steps=6)
+            self.page.evaluate(ARM)
+            self.page.mouse.up()
+        else:
+            box = el.locator("input")
+            if self.values is None:
+                self.values = _number_values(self.label, box)
+            box.fill(str(self.values[i % 2]))
+            self.page.evaluate(ARM)
+            box.press("Enter")
+
+
+def _number_values(label: str, box) -> tuple:
+    if label in NUMBER_VALUES:
+        return NUMBER_VALUES[label]
+    text, hi = box.input_value(), box.get_attribute("max")
+    is_int = "." not in text
+    v = int(text) if is_int else float(text)
+    hi = float(hi) if hi else float("inf")
+    other = v * 2 if v and v * 2 <= hi else (v / 2 if v else 1)
+    return (int(other) if is_int else round(other, 4), v)
+
+
+def _settle(page) -> None:
+    """The page after a load or a measurement: no rerun in flight, nothing changing."""
+    page.wait_for_selector('[data-testid="stMain"]', timeout=90000)
+    deadline, last, stable = time.time() + 60, None, 0
+    while time.time() < deadline and stable < 3:
+        text = page.inner_text('[data-testid="stMain"]')
+        running = page.locator('[data-testid="stStatusWidget"]').count()
+        stable = stable + 1 if (text == last and not running) else 0
+        last = text
+        time.sleep(0.25)
+
+
+def measure(control: Control) -> None:
+    """One use of `control`, timed in the page's own clock (performance.now)."""
+    page, i = control.page, control.used
+    control.used += 1
+    before = page.evaluate(SIGNATURE)
+    try:
+        control.act(i)
+    except Exception as e:  # noqa: BLE001 - a control that cannot be used is reported, not timed
+        control.failures.append(f"{type(e).__name__}: {str(e)[:160]}")
+        page.evaluate("() => { window.__mla.armed = false; }")
+        return
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        time.sleep(0.05)
+        s = page.evaluate(STATE)
+        last = max(s["lastMsg"], s["lastMut"])
+        if s["t0"] and s["msgs"] and last and s["now"] - last > QUIET_S * 1000:
+            break
+        if time.monotonic() > deadline:
+            control.failures.append("no rerun drawn within the timeout" if not s["msgs"] else "never quiet")
+            page.evaluate("() => { window.__mla.armed = false; }")
+            return
+    page.evaluate("() => { window.__mla.armed = false; }")
+    control.times.append((max(s["lastFrame"], s["lastMsg"], s["lastMut"]) - s["t0"]) / 1000)
+    after = page.evaluate(SIGNATURE)
+    for k in control.changed:
+        control.changed[k] += before[k] != after[k]
+
+
+def discover(page) -> list[Control]:
+    """Every visible slider and number box of the page, in the order drawn (the sidebar's first)."""
+    found, seen = [], {}
+    for kind, testid in (("slider", "stSlider"), ("number", "stNumberInput")):
+        for el in page.locator(f'[data-testid="{testid}"]').all():
+            if not el.is_visible() or el.locator("input").first.is_disabled():
+                continue
+            label = el.locator('[data-testid="stWidgetLabel"]').first.inner_text().strip()
+            nth = seen.get((kind, label), 0)
+            seen[(kind, label)] = nth + 1
+            found.append(Control(page, kind, label, nth))
+    return found
+
+
+def _open(browser, url: str):
+    page = browser.new_page(viewport=VIEWPORT)
+    page.add_init_script(PROBE)
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    return page
+
+
+def _summary(c: Control, base: dict[str, Control], prefix: str) -> dict:
+    if not c.times:
+        return result(f"{prefix}{c.name}", float("nan"), "x", goal=f"p50 <= {P50_GOAL}, p95 <= {P95_GOAL}", met=False,
+                      failures=c.failures[:3])
+    b = base[c.kind]
+    p50, p95 = _pct(c.times, 50), _pct(c.times, 95)
+    b50, b95 = _pct(b.times, 50), _pct(b.times, 95)
+    r50, r95 = p50 / b50, p95 / b95
+    return result(f"{prefix}{c.name}", round(r50, 2), "x p50", goal=f"p50 <= {P50_GOAL}, p95 <= {P95_GOAL}",
+                  met=r50 <= P50_GOAL and r95 <= P95_GOAL and not c.failures, p50_ms=round(p50 * 1e3),
+                  p95_ms=round(p95 * 1e3), p95_vs_trivial=round(r95, 2), uses=len(c.times),
+                  number_changed=f"{c.changed['numbers']}/{len(c.times)}",
+                  chart_changed=f"{c.changed['charts']}/{len(c.times)}", failures=c.failures[:2])
+
+
+def run(rounds: int = 12, pages: dict | None = None, tiny: bool = False) -> list[dict]:
+    from playwright.sync_api import sync_playwright
+
+    if CHROMIUM is None:  # reported, as the browser test skips: the other sections still run
+        return [result("browser_benchmark_skipped", 0, "", note="no chromium on PATH (apt-get install chromium)")]
+    pages = pages or PAGES
+    tmp = tempfile.mkdtemp()
+    env = dict(os.environ, MLA_EXPLORER_HISTORY=os.path.join(tmp, "history.sqlite3"))
+    env.pop("MLA_VALIDATE_FIGURES", None)  # as a user's server runs
+    app_port, trivial_port = free_port(), free_port()
+    app = served.Server(app_port, None, env, os.path.join(tmp, "app.log"))
+    trivial = served.Server(trivial_port, served.TRIVIAL, env, os.path.join(tmp, "trivial.log"))
+    out: list[dict] = []
+    try:
+        with sync_playwright() as p:
+            # One browser a page, each with its one window in front: a tab left behind another can be
+            # throttled or frozen by chromium while the others are measured.
+            browsers = []
+
+            def launch():
+                browsers.append(p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS))
+                return browsers[-1]
+
+            try:
+                tpage = _open(launch(), f"http://127.0.0.1:{trivial_port}/")
+                base = {c.kind: c for c in discover(tpage)}
+                tabs = {name: _open(launch(), f"http://127.0.0.1:{app_port}{path}?{QUERY}")
+                        for name, path in pages.items()}
+                controls = {name: discover(pg) for name, pg in tabs.items()}
+                if tiny:
+                    controls = {n: cs[:2] for n, cs in controls.items()}
+                print(f"controls: {', '.join(f'{n} {len(cs)}' for n, cs in controls.items())}", file=sys.stderr,
+                      flush=True)
+                for i in range(rounds):
+                    print(f"round {i + 1} of {rounds}", file=sys.stderr, flush=True)
+                    for name, cs in controls.items():
+                        for c in base.values():
+                            measure(c)
+                            _settle(tpage)
+                        for c in cs:
+                            measure(c)
+                            _settle(tabs[name])
+            finally:
+                for b in browsers:
+                    b.close()
+    finally:
+        app.stop()
+        trivial.stop()
+    for kind, c in base.items():
+        out.append(result(f"trivial_app {c.name}", _pct(c.times, 50) * 1e3, "ms p50",
+                          p95_ms=round(_pct(c.times, 95) * 1e3), uses=len(c.times), failures=c.failures[:2]))
+        if not c.times:
+            raise RuntimeError(f"the trivial app's {c.name} could not be timed: {c.failures[:2]}")
+    for name, cs in controls.items():
+        for c in cs:
+            out.append(_summary(c, base, f"{name} "))
+    load = os.getloadavg()
+    out.append(result("load_average_after_run", round(load[0], 2), "", load_5_15=[round(x, 2) for x in load[1:]],
+                      cores=os.cpu_count()))
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--pages", help="comma-separated subset of " + ", ".join(PAGES))
+    ap.add_argument("--tiny", action="store_true", help="2 controls a page, for a smoke test")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    chosen = {k: PAGES[k] for k in a.pages.split(",")} if a.pages else None
+    t0 = time.time()
+    LOAD_BEFORE = [round(x, 2) for x in os.getloadavg()]
+    res = run(a.rounds, chosen, a.tiny)
+    dump({"machine": machine(), "wall_s": round(time.time() - t0), "load_before": LOAD_BEFORE, "results": res}, a.out)
