@@ -7,6 +7,8 @@ mla_core.sweeps): `deployment` (widgets), `headline` (views.capacity_view), `mem
 views.configurations_by_context). Definitions: MODEL.md, "Capacity per GPU". In presentation
 mode the page is one slide: title, key numbers and requests against context first.
 """
+import html
+
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
@@ -19,7 +21,7 @@ from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capaci
                             capacity_view, configuration, configurations_by_context, legend_name, memory_bars,
                             mode_name)
 from ui import charts, layout, models, state
-from ui.text import csv_text, escape_md, frame
+from ui.text import csv_text, escape_md, frame, widths
 
 v = state.values()
 present = v["present"]
@@ -251,7 +253,10 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
         } for r in cvv.rows])
         if present:  # a slide keeps the columns that carry the comparison
             table = table.select(["variant", "KV per token per GPU", req_col, "requests / this model's"])
-        st.dataframe(table, hide_index=True)
+        st.dataframe(table, hide_index=True, column_config=None if present else widths(
+            variant=165, **{"KV dtype": 65, "weights per GPU": 90, "KV budget per GPU": 100, "KV per token per GPU": 105,
+                            "tokens per GPU": 90, req_col: 115, "requests / this model's": 100,
+                            "KV bytes / this model's": 100}))
         keys = ["variant", "is_model", "attention", "cache_layout", "kv_dtype", "weights_dtype", "block_size", "gpu",
                 "num_gpus", "tp", "dp_attention", "replicas", "context", "gpu_memory_utilization",
                 "memory_bytes_per_gpu", "reserve_bytes", "weights_bytes_per_gpu", "weights_fit",
@@ -339,7 +344,9 @@ def across_gpus(model, cv):
     st.subheader("Across GPU presets")
     presets = capacity_across_gpus(model, cv, [models.gpu_preset(g) for g in gpu_ids()])
     main, tp, dp = cv.main, cv.tp, cv.dp_attention
-    x_names = [f"<b>{g.name}</b>" if g.id == v["gpu"] else g.name for g, _, _ in presets]
+    # The presets' ids (h200, mi355x) as ticks: two dozen full names turned on end would take most of the
+    # chart's height; the name is in the hover.
+    x_names = [f"<b>{g.id}</b>" if g.id == v["gpu"] else g.id for g, _, _ in presets]
     fig = go.Figure()
     traces = [(f"{model.kind.upper()}" + (" latent" if model.is_mla else "") + " (this model)",
                model.kind.upper(), [r for _, r, _ in presets])]
@@ -352,14 +359,15 @@ def across_gpus(model, cv):
             text=[_requests(r["max_concurrent_requests"]) if r["weights_fit"] else ("✗" if k == 0 else "")
                   for r in results],
             customdata=[[format_bytes(r["memory_bytes_per_gpu"]), format_bytes(r["weights_bytes_per_gpu"]),
-                         _exact(r["kv_budget_bytes_per_gpu"]), format_tokens(r["max_tokens_total"])] for r in results],
-            hovertemplate=f"%{{x}}: {name}<br>memory %{{customdata[0]}}, weights %{{customdata[1]}} per GPU"
+                         _exact(r["kv_budget_bytes_per_gpu"]), format_tokens(r["max_tokens_total"]), html.escape(g.name)]
+                        for (g, _, _), r in zip(presets, results)],
+            hovertemplate=f"%{{customdata[4]}}: {name}<br>memory %{{customdata[0]}}, weights %{{customdata[1]}} per GPU"
                           "<br>KV budget %{customdata[2]} per GPU<br>%{customdata[3]} in the deployment"
                           "<br>%{y:,} whole requests<extra></extra>"))
     fig.update_layout(barmode="group")
     charts.style(fig, title=f"Whole requests of {format_tokens(T)} on {cv.num_gpus} × each GPU ({mode_name(dp, tp)}, "
                             f"KV {main['kv_dtype']}, weights {main['weights_dtype']})",
-                 x_title="GPU preset (memory: vendor figure read as GiB)", y_title="whole concurrent requests (count)",
+                 x_title="GPU preset id (memory: vendor figure read as GiB)", y_title="whole concurrent requests (count)",
                  present=present)
     fig.update_xaxes(type="category")
     charts.show(fig, "capacity-across-gpus")

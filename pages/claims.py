@@ -12,7 +12,7 @@ from mla_core.claims import describe_expr, evaluate_all, format_figure, format_s
 from mla_core.errors import MLAError
 from mla_core.views import claims_view
 from ui import charts, layout, state
-from ui.text import csv_text, escape_md, frame
+from ui.text import csv_text, escape_md, frame, widths
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
 
@@ -77,9 +77,8 @@ def breakdown(cv):
     by_source = frame([{"source": f'{cv.titles.get(g["source"], g["source"])} ({g["source"][:3]})',
                                "claims": g["claims"], "reproduced": g["reproduced"], "differ": g["differs"]}
                               for g in s["by_source"]])
-    c1, c2 = st.columns(2)
-    c1.dataframe(by_topic, hide_index=True)
-    c2.dataframe(by_source, hide_index=True)
+    st.dataframe(by_topic, hide_index=True)  # one above the other: side by side, the source names clip
+    st.dataframe(by_source, hide_index=True)
 
 
 def filters(cv):
@@ -106,6 +105,9 @@ def _replay_ok(c: dict) -> str:
 COLUMNS = ["verdict", "stated", "recomputed", "claim (paraphrased)", "source", "topic", "reason",
            "replay of the slip gives", "replay reproduces the stated figure", "id"]
 SLIDE_COLUMNS = ["verdict", "stated", "recomputed", "claim (paraphrased)"]
+# What the desk shows of each row, within the page's width; every column is in the CSV, and the replay of
+# each slip in "The differing claims in detail".
+DESK_COLUMNS = ["verdict", "stated", "recomputed", "claim (paraphrased)", "reason"]
 
 
 def table(cv):
@@ -124,9 +126,9 @@ def table(cv):
     } for c in cv.shown], columns=COLUMNS)
     if present:  # a slide keeps the columns that carry the verdict
         df = df.select(SLIDE_COLUMNS)
-    st.dataframe(df, hide_index=True, column_config={
+    st.dataframe(df, hide_index=True, column_order=SLIDE_COLUMNS if present else DESK_COLUMNS, column_config={
         "claim (paraphrased)": st.column_config.TextColumn(width="large"),
-        "reason": st.column_config.TextColumn(width="large"),
+        "reason": st.column_config.TextColumn(width="medium"),
     })
     csv = csv_text([{
         "id": c["id"], "topic": c["topic"], "source": c["source"]["seed"], "claim": c["claim"],
@@ -264,22 +266,30 @@ def estimate_section():
         METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
                         "input_tokens_per_s_per_gpu": "input tokens/s per GPU", "tpot_s": "s (TPOT)",
                         "ttft_s": "s (TTFT)"}
+        # Two tables of one row a figure, so neither is wider than the page: the figures, then how each was set up.
         st.dataframe(frame([{
             "figure": c["id"], "unit": METRIC_UNITS[c["metric"]], "measured": float(f"{c['measured']:.4g}"),
             "estimate": float(f"{c['estimate']:.4g}"), "error (%)": c["error_pct"],
-            "estimate from": c["table"], "confidence": c["confidence"],
+            "estimate from": c["table"],
             "aiconfigurator-core": float(f"{c['aic']['estimate']:.4g}") if c["aic"]["available"] else None,
             "its error (%)": c["aic"]["error_pct"] if c["aic"]["available"] else None,
-            "engine rules": c["estimate_engine"], "batch": c["batch"], "counts": c["counts"], "GPU": c["gpu"],
-            "split": c["split"], "why no aiconfigurator-core figure": "" if c["aic"]["available"] else c["aic"]["reason"],
         } for c in acc["cases"]]), hide_index=True, column_config={
-            "error (%)": st.column_config.NumberColumn(format="%+.1f"),
-            "its error (%)": st.column_config.NumberColumn(format="%+.1f")})
+            **widths(figure=205, unit=170, measured=80, estimate=80, **{"estimate from": 120}),
+            "error (%)": st.column_config.NumberColumn(format="%+.1f", width=75),
+            "its error (%)": st.column_config.NumberColumn(format="%+.1f", width=80)})
+        st.dataframe(frame([{
+            "figure": c["id"], "GPU": c["gpu"], "split": c["split"], "batch": c["batch"], "counts": c["counts"],
+            "engine rules": c["estimate_engine"], "confidence": c["confidence"],
+            "why no aiconfigurator-core figure": "" if c["aic"]["available"] else c["aic"]["reason"],
+        } for c in acc["cases"]]), hide_index=True, column_config=widths(
+            figure=220, GPU=70, split=130, batch=55, counts=90, **{"engine rules": 85, "confidence": 85,
+                                                                  "why no aiconfigurator-core figure": 180}))
         st.dataframe(frame([{"by": name.replace("by_", ""), "group": k, "cases": g["cases"],
                              "median |error| (%)": g["median_abs_error_pct"], "worst": g["worst"]["id"],
                              "worst error (%)": g["worst"]["error_pct"], f"within {goals['within_factor']:g}x": g["within_factor"]}
                             for name in ("by_table", "by_engine", "by_metric") for k, g in acc[name].items()]),
                      hide_index=True, column_config={
+                         **widths(worst=220),
                          "median |error| (%)": st.column_config.NumberColumn(format="%.1f"),
                          "worst error (%)": st.column_config.NumberColumn(format="%+.1f")})
 
@@ -312,11 +322,14 @@ def accuracy():
             "measured": float(f"{r['measured_per_gpu']:.4g}"), "bound": float(f"{r['bound_per_gpu']:.4g}"),
             "unit": METRIC_UNITS.get(r["metric"], r["metric"]), "GPU": r["gpu"], "split": r["split"],
             "workload": f"{r['workload']['input_len']:,} in / {r['workload']['output_len']:,} out",
-            "bound set by": r["bound_by"], "engine": r["engine"], "what": r["title"],
-        } for r in acc["rows"]]), hide_index=True)
+            "bound set by": r["bound_by"],
+        } for r in acc["rows"]]), hide_index=True, column_config=widths(
+            figure=190, efficiency=75, measured=70, bound=70, unit=140, GPU=70, split=140, workload=120,
+            **{"bound set by": 90}))
         sources = layout.lazy_expander("Sources and assumptions", "_claims_sources_open")
         if sources.open:  # drawn only when opened
-            sources.markdown("\n".join(f"- **{escape_md(r['title'])}**: {escape_md(r['source'], 600)}  \n"
+            sources.markdown("\n".join(f"- **{escape_md(r['title'])}** ({escape_md(r['id'])}, "
+                                        f"{escape_md(r['engine'] or 'engine not stated')}): {escape_md(r['source'], 600)}  \n"
                                         f"  _{escape_md(r['assumptions'], 600)}_" for r in acc["rows"]))
 
 

@@ -18,7 +18,7 @@ def test_benchmark_suite_runs_on_tiny_sizes(tmp_path):
     text = (tmp_path / "RESULTS.md").read_text()
     for section in ("1. Command-line answer", "2. Page reactivity", "3. Sweeps", "5. The microbenchmark",
                     "6. Serving plan search", "7. Served speed", "8. What one Streamlit element costs",
-                    "9. What a user waits for in a real browser"):
+                    "9. Traffic simulation", "10. What a user waits for in a real browser"):
         assert section in text
     assert "FAILED" not in text
     for name in ("cli_vs_python_c_pass", "rerun_kv_cache_ms", "capacity_sweep_ms", "copy_vs_numpy_copyto",

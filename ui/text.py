@@ -99,3 +99,12 @@ def frame(rows: list[dict], columns: list[str] | None = None):
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             arrays.append(pa.array([None if x is None else str(x) for x in values], pa.string()))
     return pa.table(arrays, names=names)
+
+
+def widths(**px) -> dict:
+    """`column_config` of column widths in pixels, so a table of many columns fits the page (a long
+    cell ends in an ellipsis and shows whole when clicked). Names that are not identifiers go in
+    as `**{"bound set by": 90}`."""
+    import streamlit as st
+
+    return {name: st.column_config.Column(width=w) for name, w in px.items()}
