@@ -218,3 +218,30 @@ def test_a_link_to_a_profile_this_history_lacks_draws_none():
     no_exceptions(at)
     assert "Profile run #42 is not a stored kernel profile of deepseek-v3" in shown(at.info)
     assert not any(str(t.get("name")).startswith("profile #") for t in _figures(at)[0]["data"])
+
+
+def test_a_real_cpu_profile_of_a_small_model_end_to_end():
+    """A real `bench --profile` through the page (a hand-set 2-layer MLA model: about 10 s on two
+    CPU cores): saved, listed as stored, and drawn on the Roofline page as the core converts it."""
+    pytest.importorskip("torch")
+    at = run_page(BENCH, model="custom", attention="mla", layers="2", heads="4", head_dim="32", kv_lora_rank="64",
+                  rope_dim="16", tp="1")
+    no_exceptions(at)
+    assert at.selectbox(key="_bench_prof_tp").value == 1
+    at.button(key="_bench_prof_run").click().run()
+    key = bench_runs.profile_owner(at.session_state["_bench_owner"])
+    assert bench_runs.registry().join(key, 120)
+    at.run()
+    no_exceptions(at)
+    assert not at.error, shown(at.error)
+    (stored,) = list_profiles()
+    assert stored["device_kind"] == "cpu" and stored["tp"] == 1 and stored["n_ops"] > 0
+    assert f"profile run #{stored['id']}" in shown(at.success)
+    _listed_equals_stored(at)
+    at.switch_page(ROOF).run()
+    at.selectbox(key="roofline_profile").set_value(stored["id"]).run()
+    no_exceptions(at)
+    core = roofline_profiles(stored["model"], stored["id"])
+    (trace,) = [t for t in _figures(at)[0]["data"] if t.get("name") == core.name]
+    assert len(trace["x"]) == len(core.roofline.points) > 0
+    assert trace["y"] == pytest.approx([p.achieved_flops / 1e12 for p in core.roofline.points])
