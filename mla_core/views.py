@@ -493,6 +493,131 @@ def measured_roof(bandwidth_GBps: float, matmul_TFLOPs: float, x_lo: float, x_hi
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel profiles (`bench --profile`): the Benchmark page's section and the Roofline page's picker
+
+PROFILE_TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+# What the Benchmark page measures by default: the attention kernels, the elementwise ops and the
+# recurrent scans take seconds on a CPU; the GEMMs and the MoE block of a large model take
+# minutes there (their weights alone are gigabytes to fill), so they are asked for.
+APP_PROFILE_FAMILIES = ("attention_decode", "attention_prefill", "elementwise", "recurrent")
+
+
+@dataclass(frozen=True)
+class ProfileRow(_View):
+    """One stored profile as the lists show it (`mla_core.store.list_profiles`)."""
+
+    id: int
+    model: str
+    tp: int | None
+    device: str
+    device_kind: str
+    created: str
+    n_ops: int | None
+    label: str
+    damaged: str | None
+
+
+@dataclass(frozen=True)
+class ProfileSection(_View):
+    """The Benchmark page's "Kernel profile" section: the run it offers (`model`, `tp`, the
+    `families` measured), the TP choices that split the model, a note when the asked TP does not,
+    the same run from a shell (`command`), the stored profiles (`rows`, newest first) and
+    `error`, the history's one-line problem when it could not be read."""
+
+    model: str
+    tp: int
+    tp_choices: tuple[int, ...]
+    tp_note: str | None
+    families: tuple[str, ...]
+    command: str
+    rows: tuple[ProfileRow, ...]
+    error: str | None = None
+
+
+def _profile_rows(path: str | None = None) -> tuple[tuple[ProfileRow, ...], str | None]:
+    from .store import list_profiles
+
+    try:
+        listed = list_profiles(path=path)
+    except MLAError as e:
+        return (), f"History: {e}"
+    return tuple(ProfileRow(
+        id=r["id"], model=str(r.get("model") or "?"), tp=r.get("tp"), device=str(r.get("device_name") or "unknown"),
+        device_kind=str(r.get("device_kind") or ""), created=str(r.get("created") or r.get("saved_at") or ""),
+        n_ops=r.get("n_ops"), label=str(r.get("label") or ""), damaged=r.get("damaged")) for r in listed), None
+
+
+def profile_section(model: ModelSpec, tp: int, *, every_family: bool = False, cli: str = "python -m mla_core",
+                    path: str | None = None) -> ProfileSection:
+    """What the "Kernel profile" section offers for `model` at `tp` (the section's choice): the
+    TP choices (PROFILE_TP_CHOICES that split the model, `kv.tp_split_error`), the TP the run
+    uses (the asked one where it splits the model, else the largest choice below it, with
+    `tp_note` saying why), the op families it measures (APP_PROFILE_FAMILIES, or every family
+    of `bench --profile` with `every_family`) and the stored profiles."""
+    from .bench.profile_plan import FAMILIES
+    from .kv import tp_split_error
+    from .presets import model_ids
+
+    choices = tuple(t for t in PROFILE_TP_CHOICES if not tp_split_error(model, t))
+    use, note = tp, None
+    if tp not in choices:
+        use = max([t for t in choices if t <= tp] or [1])
+        why = tp_split_error(model, tp) or f"TP {tp} is not one of {', '.join(map(str, choices))}"
+        note = f"{why}: the profile is measured at TP {use}."
+    families = tuple(f for f in FAMILIES if f != "collective") if every_family else APP_PROFILE_FAMILIES
+    source = f"--model {model.name}" if model.name in model_ids() else "--config config.json"
+    rows, error = _profile_rows(path)
+    return ProfileSection(model=model.name, tp=use, tp_choices=choices, tp_note=note, families=families,
+                          command=f"{cli} bench --profile {source} --tp {use} --quick --save", rows=rows, error=error)
+
+
+@dataclass(frozen=True)
+class RooflineProfiles(_View):
+    """The Roofline page's profile picker: `options` (0 = none, then the stored profiles of the
+    model, newest first), their `labels`, the `chosen` one (0 when the asked one is not a
+    profile of this model here, with `message` saying so), its points (`roofline`, a
+    `mla_core.store.profile_roofline.ProfileRoofline`, or None) and their legend `name`."""
+
+    options: tuple[int, ...]
+    labels: dict
+    chosen: int
+    roofline: object | None = None
+    name: str = ""
+    message: str | None = None
+
+
+def roofline_profiles(model_name: str, chosen: int = 0, *, path: str | None = None) -> RooflineProfiles:
+    """The stored profiles of `model_name` to pick from and the chosen one's decode points
+    (`mla_core.store.profile_roofline.profile_roofline`: x = counted flops / bytes, y = flops /
+    measured latency). A damaged run is not offered; the history's problem is the `message`."""
+    from .store import load_profile
+    from .store.profile_roofline import profile_roofline
+
+    rows, error = _profile_rows(path)
+    mine = [r for r in rows if r.model == model_name and not r.damaged]
+    labels = {0: "none"}
+    for r in mine:
+        extra = f", {r.label}" if r.label else ""
+        labels[r.id] = f"#{r.id} {r.device} TP{r.tp} ({r.created[:16]}{extra}), {r.n_ops} ops"
+    options = tuple(labels)
+    if not chosen:
+        return RooflineProfiles(options, labels, 0, message=error)
+    if chosen not in labels:
+        return RooflineProfiles(options, labels, 0, message=error or (
+            f"Profile run #{chosen} is not a stored kernel profile of {model_name} in this history: none is drawn."))
+    try:
+        pr = profile_roofline(load_profile(chosen, path=path), run_id=chosen)
+    except MLAError as e:
+        return RooflineProfiles(options, labels, 0, message=f"Profile run #{chosen}: {e}")
+    message = None
+    if not pr.points:
+        message = f"Profile run #{chosen} holds no attention decode rows to draw."
+    elif pr.skipped:
+        message = f"Profile run #{chosen}: skipped {len(pr.skipped)} row(s) ({pr.skipped[0]})."
+    return RooflineProfiles(options, labels, chosen, pr, f"profile #{chosen}: {pr.device_name} TP{pr.tp}", message)
+
+
+# ---------------------------------------------------------------------------------------------
 # Capacity page
 
 GMU_MIN = 0.01  # the page's gpu_memory_utilization floor; a link may carry anything in (0, 1]

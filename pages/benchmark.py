@@ -3,7 +3,8 @@ compare devices and keep a history of runs.
 
 Sections, one module each by job: `ui.bench_run.measure` (set up, settings, run and progress),
 `ui.bench_history.import_result`, `ui.bench_results.results` (the shown run: ceilings, kernels,
-the measured roofline), `ui.bench_compare.compare`, `ui.bench_history.history_section`, then
+the measured roofline), `ui.bench_compare.compare`, `ui.bench_history.history_section`,
+`ui.bench_profile.section` (the kernel profile of the sidebar's model, run and listed), then
 `ui.collectives.section` and `ui.engine_runs.section`.
 torch is imported only inside the handlers that need it (ui.bench_run); the history, imports,
 validation, comparison and every chart work without it. Widget keys are kept across pages by
@@ -14,7 +15,8 @@ import uuid
 
 import streamlit as st
 
-from ui import bench_compare, bench_history, bench_results, bench_run, bench_runs, collectives, engine_runs, state
+from ui import (bench_compare, bench_history, bench_profile, bench_results, bench_run, bench_runs, collectives,
+                engine_runs, state)
 from ui.bench_common import catalogue
 
 v = state.values()
@@ -23,6 +25,7 @@ reg = bench_runs.registry()
 owner = st.session_state.setdefault("_bench_owner", uuid.uuid4().hex)
 
 bench_run.take_finished(reg, owner)
+bench_profile.take_finished(reg, owner)
 if present:
     st.markdown("## Benchmark: measured decode kernels on a real device")
 else:
@@ -42,6 +45,7 @@ else:
     bench_results.results(cat, present)
 bench_compare.compare(cat, present)
 bench_history.history_section(cat)
+bench_profile.section(reg, owner, present)  # bench --profile: the model's own op shapes (ui/bench_profile.py)
 # measured beyond one device: collectives and imported engine runs (ui/collectives.py, ui/engine_runs.py)
 collectives.section(present)
 engine_runs.section(present)

@@ -5,7 +5,8 @@ Sections, each drawing what one core call returns (mla_core.views, over mla_core
 mla_core.sweeps; docs/model.md, "Decode step roofline"): `gpu_choice` (views.roofline_gpu), `settings`,
 `what_if` (mla_core.whatif), `summary` and `roofline_chart` (views.roofline_view), `step_chart`
 (views.step_sweep) and `tp_chart` (views.tp_comparison). Measured points come from the benchmark
-page's result (ui.measured). In presentation mode the page is one slide: title, key numbers and
+page's result (ui.measured) and from a stored kernel profile (`profile_picker`,
+views.roofline_profiles: its attention decode calls, counted as the predictions are). In presentation mode the page is one slide: title, key numbers and
 the roofline chart first."""
 from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
@@ -16,8 +17,8 @@ from mla_core.kv import default_gqa_groups, gqa_group_choices
 from mla_core.roofline import MLA_PATHS
 from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_intensity, format_rate,
                             format_seconds, format_token_rate, format_tokens)
-from mla_core.views import (measured_roof, roofline_gpu, roofline_variants, roofline_view, step_sweep, tp_comparison,
-                            variant_dims_settable)
+from mla_core.views import (measured_roof, roofline_gpu, roofline_profiles, roofline_variants, roofline_view,
+                            step_sweep, tp_comparison, variant_dims_settable)
 from ui import charts, layout, measured, models, params, state, whatif
 from ui.text import csv_text, escape_md, frame
 
@@ -133,10 +134,12 @@ def _hover(label: str, r: dict, note: str = "") -> str:
 
 
 
-def summary(model, gpu, gpu_name, kv_dtype, measured_sets):
+def summary(model, gpu, gpu_name, kv_dtype, measured_sets, profile=None):
     """The model's place on the roofline and its decode step (views.roofline_view); None when
     the core refuses the inputs."""
     extra = [p.intensity_flop_per_byte for _, pts, _ in measured_sets for p in pts]
+    if profile is not None and profile.roofline is not None:
+        extra += [p.intensity_flop_per_byte for p in profile.roofline.points]
     try:
         rv = roofline_view(model, gpu, context=T, batch=B, kv_dtype=kv_dtype, weights_dtype=wdtype,
                            mla_path=v["mla_path"], tp=tp, gqa_groups=v["gqa_groups"],
@@ -194,7 +197,25 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets):
 SYMBOLS = {"MLA recompute": ("square", 0), "MLA expanded": ("diamond", 8)}
 
 
-def roofline_chart(rv, gpu, gpu_name, measured_sets):
+def _profile_trace(fig, profile) -> None:
+    """The chosen kernel profile's decode calls (views.roofline_profiles): x = counted flops / bytes,
+    y = flops / measured latency."""
+    pts = profile.roofline.points
+    fig.add_trace(go.Scatter(
+        x=[p.intensity_flop_per_byte for p in pts], y=[p.achieved_flops / TFLOPS for p in pts], mode="markers",
+        name=charts.plot_text(profile.name),
+        marker={"symbol": "star", "size": 15 if present else 12, "color": [charts.color_for(p.label) for p in pts],
+                "line": {"width": 1, "color": "#333333"}},
+        customdata=[[p.label, p.kv_dtype, f"B={p.batch:,} T={p.context:,} h={p.num_heads} kv={p.num_kv_heads} "
+                     f"k={p.k_dim} v={p.v_dim}", format_seconds(p.latency_s), format_rate(p.achieved_Bps, "B/s"),
+                     format_intensity(p.intensity_flop_per_byte), format_rate(p.achieved_flops, "FLOP/s")]
+                    for p in pts],
+        hovertemplate=(f"{charts.plot_text(profile.name)}<br><b>%{{customdata[0]}}</b> %{{customdata[1]}} "
+                       "(%{customdata[2]})<br>intensity %{customdata[5]}<br>achieved %{customdata[6]}, "
+                       "%{customdata[4]}<br>measured %{customdata[3]}<extra></extra>")))
+
+
+def roofline_chart(rv, gpu, gpu_name, measured_sets, profile=None):
     """The main chart: the roof, each variant's point, the model's share at TP, measured points."""
     if not present:
         st.subheader("Attention on the roofline")
@@ -251,6 +272,8 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
                 line={"color": "#777777", "dash": "dot", "width": 2},
                 hovertemplate=(f"measured read {format_rate(bw_GBps * 1e9, 'B/s')}, matmul "
                                f"{format_rate(mm_TFLOPs * TFLOPS, 'FLOP/s')}<extra></extra>")))
+    if profile is not None and profile.roofline is not None and profile.roofline.points:
+        _profile_trace(fig, profile)
     charts.style(fig, title=f"Decode attention on the {charts.plot_text(gpu_name)} roofline ({format_tokens(T)}, "
                             f"batch {B:,})",
                  x_title="arithmetic intensity (flop/B)", y_title="attainable performance (TFLOP/s)",
@@ -268,6 +291,10 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets):
                    "peak; bandwidth and peak are datasheet figures (TB/s = 10^12 B/s, TFLOP/s = 10^12 flop/s). A "
                    "point's height is what the roofline allows, an upper bound; its time is a lower bound. Variants "
                    f"share the model's layers and query heads; MHA/GQA/MQA use d_h = {rv.baseline_head_dim}.")
+        if profile is not None and profile.roofline is not None and profile.roofline.points:
+            st.caption(f"Stars: the decode calls of {escape_md(profile.name, 100)} (Benchmark page, Kernel profile) at "
+                       "their own shapes and device; x = flops / KV bytes counted as the predicted points are, y = "
+                       "those flops / the measured latency.")
         if measured_sets:
             st.caption("Crosses: measured kernels (benchmark page) at their own shapes and device; x = counted flops "
                        "/ bytes, y = achieved TFLOP/s. The solid roof is the chosen GPU's datasheet.")
@@ -456,6 +483,22 @@ def sample_picker():
                        key="_measured_samples", help="Results of `python -m mla_core bench` kept in the repository.")
 
 
+def profile_picker(base):
+    """The stored kernel profiles of the sidebar's model (views.roofline_profiles); 'none' by default."""
+    ss = st.session_state
+    pv = roofline_profiles(base.name, int(ss.get("roofline_profile") or 0))
+    if ss.get("roofline_profile") != pv.chosen:
+        ss["roofline_profile"] = pv.chosen  # an id this history does not hold for the model: none
+    if len(pv.options) > 1 or pv.chosen:
+        st.selectbox("Measured kernel profile (Benchmark page)", pv.options, persist_state="session",
+                     key="roofline_profile", format_func=lambda i: pv.labels.get(i, str(i)),
+                     help="A stored `bench --profile` run of this model: its attention decode calls are drawn as "
+                          "stars beside the predictions.")
+    if pv.message:
+        st.info(escape_md(pv.message, 400))
+    return pv
+
+
 @layout.section
 def step_section(model, gpu, kv_dtype, rv):
     """The step charts, rerun alone when their toggle moves (their inputs come from the page's run)."""
@@ -479,17 +522,21 @@ def roofline_page():
         settings(model, g)
         whatif.draw(base, wi, v)
         sample_picker()
+        profile = profile_picker(base)
+    else:
+        profile = roofline_profiles(base.name, int(st.session_state.get("roofline_profile") or 0))
     measured_sets = _load_measured()
-    rv = summary(model, gpu, gpu_name, kv_dtype, measured_sets)
+    rv = summary(model, gpu, gpu_name, kv_dtype, measured_sets, profile)
     if rv is None:
         return
-    roofline_chart(rv, gpu, gpu_name, measured_sets)
+    roofline_chart(rv, gpu, gpu_name, measured_sets, profile)
     if present:  # the slide is above; its warnings and controls follow
         for w in rv.warnings:
             _warn(w)
         settings(model, g)
         whatif.draw(base, wi, v, expanded=False)
         sample_picker()
+        profile_picker(base)
     variants_table(rv, gpu)
     step_section(model, gpu, kv_dtype, rv)
     tp_chart(model, gpu, kv_dtype, rv)

@@ -38,7 +38,9 @@ def api_busy() -> bool:
     """The benchmark lock is held in this process. Only asked when mla_core.bench.run (and so
     torch) is already loaded: without it no run can be holding the lock."""
     run_module = sys.modules.get("mla_core.bench.run")
-    return bool(run_module is not None and run_module.is_busy())
+    # A run's thread may be importing it right now (a profile imports it there first): not busy yet.
+    is_busy = getattr(run_module, "is_busy", None)
+    return bool(is_busy is not None and is_busy())
 
 
 def notices() -> None:

@@ -111,7 +111,8 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
     """Progress of this session's run, or of another session's; re-drawn every POLL_S while polling."""
     mine = reg.job(owner)
     active = reg.active()
-    busy = api_busy() and not (mine is not None and mine.state in bench_runs.ACTIVE)  # another session's run
+    own = [j for j in active if bench_runs.same_session(j.owner, owner)]  # this run, and this session's profile
+    busy = api_busy() and not own  # another session's run
     holder = runlock.holder()
     if holder is not None and holder.get("pid") == os.getpid():
         holder = None  # this server's own run (a session's, shown above)
@@ -122,8 +123,10 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
         if mine.state == "running":
             st.progress(report.progress_fraction(mine.done, mine.total),
                         text=f"Your benchmark: {mine.done} of {mine.total} kernels done; now {mine.step}")
+        elif running is not None and running.owner == bench_runs.profile_owner(owner):
+            st.info("Your kernel profile is running (below); your benchmark starts when it finishes.")
         elif (running is not None and running.owner != owner) or (
-                api_busy() and any(j.owner != owner for j in active)):
+                api_busy() and any(not bench_runs.same_session(j.owner, owner) for j in active)):
             other = f", {running.done} of {running.total} kernels done" if running is not None else ""
             st.info(f"A benchmark is running (started by another session){other}; yours will wait and starts "
                     "when it finishes.")
@@ -135,7 +138,7 @@ def _run_panel(reg, owner: str, polling: bool) -> None:
             st.info("Your benchmark is starting (loading torch and sizing the run).")
         st.button("Cancel my benchmark", key="_bench_cancel", on_click=reg.cancel, args=(owner,),
                   help="The run stops at its next repetition and frees its memory (CUDA/MPS cache included).")
-    elif running is not None or busy:
+    elif (running is not None and not bench_runs.same_session(running.owner, owner)) or busy:
         done = f", {running.done} of {running.total} kernels done" if running is not None else ""
         st.info(f"A benchmark is running (started by another session){done}; yours will wait: one benchmark "
                 "runs at a time on this server, so that two runs do not measure each other.")

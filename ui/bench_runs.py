@@ -15,6 +15,10 @@ in a thread of the server process, and every session polls the one server-wide `
   by the thread itself, so that it is kept even if its session has gone;
 - `take(owner)` hands a finished job to its session once; finished jobs nobody took are
   dropped after `KEEP_FINISHED_S`.
+- a kernel profile (`ProfileRequest`: `mla_core.bench.profile.run_profile`, saved by
+  `save_profile_table` as a run of kind "profile") is a job of the same registry under the
+  key `profile_owner(owner)`, so a session may have one benchmark and one profile queued; they
+  take the same lock, one after the other;
 - `note_rerun(session)` (ui.state.init, every rerun of every session) counts page reruns per
   session; a run's result gets `other_sessions_reruns`, the reruns of other sessions while it
   measured, as evidence of disturbance (mla_core.store.disturbance): they share its CPUs and
@@ -60,6 +64,31 @@ class Job:
     session: str | None = None  # the Streamlit session that started it (its own reruns are not counted)
     reruns_at_start: dict | None = None  # note_rerun counts when the run began measuring
     thread: threading.Thread | None = dataclasses.field(default=None, repr=False)
+
+
+PROFILE = ":profile"  # a session's kernel profile job is its owner token + this (one of each at once)
+
+
+def profile_owner(owner: str) -> str:
+    """The registry key of `owner`'s kernel profile job (beside its benchmark job)."""
+    return owner + PROFILE
+
+
+def same_session(job_owner: str, owner: str) -> bool:
+    """Whether a job (benchmark or kernel profile) belongs to the session whose token is `owner`."""
+    return job_owner == owner or job_owner == profile_owner(owner)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileRequest:
+    """A kernel profile the page asks for (`mla_core.bench.profile.run_profile` arguments):
+    `model` a ModelSpec, `tp`, `device`, `quick`, `families` (the op families measured)."""
+
+    model: Any
+    tp: int = 1
+    device: str = "auto"
+    quick: bool = True
+    families: tuple = ()
 
 
 def run_flag(run: dict) -> str:
@@ -196,28 +225,47 @@ class Registry:
 
         deadline = time.monotonic() + MAX_WAIT_S
         try:
+            profile = isinstance(job.config, ProfileRequest)
+            what = "kernel profile" if profile else "benchmark"
             try:
                 from mla_core.bench import run as bench_run  # imports torch, in this thread only
+                if profile:
+                    from mla_core.bench import profile as bench_profile
             except ImportError as e:
                 from mla_core.install import setup
 
-                raise MLAError(f"the benchmark needs torch ({e}); {setup().torch_install}") from None
+                raise MLAError(f"the {what} needs torch ({e}); {setup().torch_install}") from None
             while True:
                 if job.cancel.is_set():
-                    raise BenchCancelled("benchmark cancelled before it started; nothing was allocated")
+                    raise BenchCancelled(f"{what} cancelled before it started; nothing was allocated")
                 try:
-                    # Looked up at call time, so that tests can replace run_benchmark.
-                    result = bench_run.run_benchmark(job.config, progress=progress, cancel=job.cancel,
-                                                     wait=LOCK_POLL_S, source="app")
+                    # Looked up at call time, so that tests can replace run_benchmark / run_profile.
+                    if profile:
+                        req = job.config
+                        run = bench_profile.run_profile(req.model, tp=req.tp, device=req.device, quick=req.quick,
+                                                        families=tuple(req.families) or bench_profile.FAMILIES,
+                                                        progress=progress, cancel=job.cancel, wait=LOCK_POLL_S,
+                                                        source="app")
+                    else:
+                        result = bench_run.run_benchmark(job.config, progress=progress, cancel=job.cancel,
+                                                         wait=LOCK_POLL_S, source="app")
                     break
                 except BenchBusy:
                     if time.monotonic() > deadline:
                         raise BenchBusy(f"waited {MAX_WAIT_S / 60:.0f} minutes for the other benchmark to finish; "
                                         "try again later") from None
+            run_id, save_error = None, None
+            if profile:  # the store keeps a profile's meta with its table (mla_core.store.profiles)
+                result = run.to_dict()
+                try:
+                    run_id = bench_profile.save_profile_table(run, label=job.label)
+                except MLAError as e:
+                    save_error = _one_line(e)
+                self._set(job, result=result, run_id=run_id, save_error=save_error, state="done")
+                return
             with self._lock:
                 others = self._others_since(job)
             disturbance.add_evidence(result, other_sessions_reruns=others)
-            run_id, save_error = None, None
             try:
                 run_id = history.save_run(result, source="local", label=job.label)
             except MLAError as e:
@@ -228,7 +276,8 @@ class Registry:
         except MLAError as e:
             self._set(job, state="failed", error=_one_line(e))
         except Exception as e:  # noqa: BLE001 - a bug in a thread: keep the server up, say what happened
-            self._set(job, state="failed", error=_one_line(f"the benchmark failed: {type(e).__name__}: {e}"))
+            what = "kernel profile" if isinstance(job.config, ProfileRequest) else "benchmark"
+            self._set(job, state="failed", error=_one_line(f"the {what} failed: {type(e).__name__}: {e}"))
         finally:
             self._set(job, finished_at=time.time())
             release = getattr(sys.modules.get("mla_core.bench.run"), "_release_heap", None)

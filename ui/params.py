@@ -207,6 +207,8 @@ _P = [
     Param("gpu_memory_gib", 0.0, float_parser("gpu_memory_gib", 0, 1e6), "0: the preset's memory"),
     Param("reserve_gib", 0.0, float_parser("reserve_gib", 0, 1e6)),
     Param("mla_path", "absorbed", choice_parser("mla_path", ("absorbed", "recompute", "expanded"))),
+    Param("roofline_profile", 0, int_parser("roofline_profile", 0, 2**31 - 1),
+          "a stored kernel profile's run id whose decode points the Roofline page draws; 0: none"),
     Param("peak_tflops", 0.0, float_parser("peak_tflops", 0, 1e6),
           "typed dense bf16 peak (TFLOP/s) for a GPU with none published (Apple); 0: none"),
     # serving plan (the CLI's `plan` flags; 0 = not set for the SLOs and the price)
@@ -241,6 +243,7 @@ SESSION_KEYS = (
     "_bench_kernels", "_bench_reps", "_bench_stream_mib", "_bench_matmul_n", "_bench_budget_s", "_bench_label",
     "_bench_show", "_bench_compare", "_bench_cmp_by_shape", "_bench_cmp_metric", "_bench_selected",
     "_bench_import_label", "_measured_samples", "_step_variants", "_paste", "_own_model", "_bench_cmp_disturbed",
+    "_bench_prof_tp", "_bench_prof_all", "_bench_prof_label",
 )
 _P += [Param(key, None, str, "session only", url=False) for key in SESSION_KEYS]
 # Session keys whose widgets do not keep their value themselves (persist_state): the Benchmark

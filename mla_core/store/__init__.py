@@ -11,6 +11,8 @@ Modules:
                  byte, a damaged file) each with their one-line message
     profiles     kernel profiles for the serving estimate: save_profile, load_profile,
                  list_profiles (profile.schema.json)
+    profile_roofline  a profile's attention decode rows as roofline points (bytes, flops,
+                 intensity, achieved FLOP/s), counted as the Roofline page's predictions
     schema       validate_result: the JSON Schemas beside this file (result, collectives,
                  engine, profile) and the checks JSON Schema cannot make; KERNELS
     engines      engine benchmark files imported (vLLM `bench serve --save-result`, SGLang's
