@@ -56,7 +56,7 @@ def _profiles() -> dict:
                             + (f" ({r['label']})" if r["label"] else ""))
     if st.session_state.get("profile", 0) not in options:
         st.warning(f"Kernel profile run {st.session_state.get('profile')} is not in the store: none is used.")
-        st.session_state["profile"] = 0
+        st.session_state["profile"] = v["profile"] = 0
     return options
 
 
