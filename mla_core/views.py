@@ -1163,10 +1163,10 @@ NOT_SERVED = "-"  # a table cell for a split that serves no point (its weights o
 
 def serving_split_rows(plan) -> list[dict]:
     """The Serving plan's table: one row per split, every cell a number or a text (never None):
-    the split's parallelism (tp, pp, the MoE split moe_tp x ep), its best point's estimate (TTFT,
-    TPOT, tokens/s: the bound's when the plan has no estimate) with the bound's TPOT and tokens/s
-    per GPU beside it; a split that serves no point shows NOT_SERVED in its time and rate
-    columns, and says why under "what binds"."""
+    the split (its label names tp), its pipeline stages pp and MoE split moe_tp x ep, its best point's estimate (TTFT,
+    TPOT, tokens/s: the bound's when the plan has no estimate) with the bound's TPOT beside it, and its $ per million output tokens when the plan has a price; a split
+    that serves no point shows NOT_SERVED in its time and rate columns, and says why under "what
+    binds"."""
     from .units import format_seconds
 
     def usd(x) -> str:
@@ -1178,8 +1178,7 @@ def serving_split_rows(plan) -> list[dict]:
         b = s.best
         e = b.estimate if b else None
         row = {
-            "split": s.split,
-            "tp": s.tp,
+            "split": s.split,  # it names tp
             "pp": s.pp,
             "moe_tp": s.moe_tp if s.moe_tp else 1,
             "ep": s.ep,
@@ -1187,13 +1186,13 @@ def serving_split_rows(plan) -> list[dict]:
             "TPOT": format_seconds(e.tpot_s if e else b.tpot_s) if b else NOT_SERVED,
             "batch": f"{b.batch:,}" if b else NOT_SERVED,
             "memory holds": f"{s.max_batch:,}",
-            "tokens/s per user": f"{(e.tokens_per_s_per_user if e else b.tokens_per_s_per_user):,.1f}" if b else NOT_SERVED,
-            "tokens/s per GPU": f"{(e.tokens_per_s_per_gpu if e else b.tokens_per_s_per_gpu):,.1f}" if b else NOT_SERVED,
+            "tokens/s/user": f"{(e.tokens_per_s_per_user if e else b.tokens_per_s_per_user):,.1f}" if b else NOT_SERVED,
+            "tokens/s/GPU": f"{(e.tokens_per_s_per_gpu if e else b.tokens_per_s_per_gpu):,.1f}" if b else NOT_SERVED,
         }
         if estimated:
             row["TPOT bound"] = format_seconds(b.tpot_s) if b else NOT_SERVED
-            row["tokens/s per GPU bound"] = f"{b.tokens_per_s_per_gpu:,.1f}" if b else NOT_SERVED
-        row["$ per M output"] = usd(b.usd_per_million_output_tokens) if b else NOT_SERVED
+        if plan.usd_per_gpu_hour is not None:
+            row["$ per M output"] = usd(b.usd_per_million_output_tokens) if b else NOT_SERVED
         row["what binds"] = b.limit if b else s.reason
         rows.append(row)
     return rows

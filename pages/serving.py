@@ -161,9 +161,9 @@ def headline(model, plan):
     if h is None:
         st.error(escape_md("No split serves this workload: " + "; ".join(plan.notes), 400))
         return
-    what = "estimate" if h.estimated else "lower bound"
+    what = ("est." if present else "estimate") if h.estimated else ("bound" if present else "lower bound")
     rate = "estimate" if h.estimated else "upper bound"
-    bound = {} if not h.estimated else {
+    bound = {} if (present or not h.estimated) else {  # a slide says the bounds in one line below
         "ttft": _bound(f"bound {format_seconds(h.bound_ttft_s)}"),
         "tpot": _bound(f"bound {format_seconds(h.bound_tpot_s)}"),
         "user": _bound(f"bound {h.bound_tokens_per_s_per_user:,.1f}"),
@@ -171,7 +171,7 @@ def headline(model, plan):
     if not present:
         st.caption(f"**{escape_md(model.name)}** on {v['num_gpus']:,} × **{escape_md(gpu_name)}**, "
                    f"{v['input_len']:,} in / {v['output_len']:,} out, {len(plan.points):,} points tried.")
-    m1, m2, m3, m4, m5 = st.columns([2, 1, 1, 1, 1])
+    m1, m2, m3, m4, m5 = st.columns([2.8, 0.9, 0.9, 1, 1] if present else [2, 1, 1, 1, 1])
     m1.metric("Best split", h.split, help=f"batch {h.batch:,} of the whole deployment (memory holds "
                                           f"{h.max_batch:,}); what binds: {h.limit}")
     m2.metric(f"TTFT, {what}", format_seconds(h.ttft_s), **bound.get("ttft", {}),
@@ -179,14 +179,13 @@ def headline(model, plan):
                    f"({h.prefill_bound} bound)")
     m3.metric(f"TPOT, {what}", format_seconds(h.tpot_s), **bound.get("tpot", {}),
               help=f"a decode step / tokens a step; bound {format_seconds(h.bound_tpot_s)} ({h.bound} bound)")
-    m4.metric(f"Tokens/s per user, {rate}", f"{h.tokens_per_s_per_user:,.1f}", **bound.get("user", {}),
-              help=f"bound {h.bound_tokens_per_s_per_user:,.1f}")
-    m5.metric(f"Tokens/s per GPU, {rate}", f"{h.tokens_per_s_per_gpu:,.1f}", **bound.get("gpu", {}),
+    m4.metric("Tokens/s/user" if present else f"Tokens/s per user, {rate}", f"{h.tokens_per_s_per_user:,.1f}",
+              **bound.get("user", {}), help=f"{rate}; bound {h.bound_tokens_per_s_per_user:,.1f}")
+    m5.metric("Tokens/s/GPU" if present else f"Tokens/s per GPU, {rate}", f"{h.tokens_per_s_per_gpu:,.1f}",
+              **bound.get("gpu", {}),
               help=f"decode steps; bound {h.bound_tokens_per_s_per_gpu:,.1f}; "
                    f"{format_count(h.tokens_per_s)} output tokens/s for the deployment")
-    if present:
-        st.caption(escape_md(f"{h.engine} estimate; tables: {h.kind}; confidence {h.confidence}" if h.estimated
-                             else "bounds only", 200))
+    if present:  # a slide: the source, confidence and bounds are the frontier's title (slide_title)
         return
     st.caption(escape_md(f"Source: {h.kind}. {h.sentence}", 600))
     m6, m7, m8, m9 = st.columns([2, 1, 1, 1])
@@ -243,15 +242,16 @@ def frontier(model, plan):
     if fr.tpot_region is not None:  # the TPOT objective is a floor on tokens/s per user: the region right of it
         x0, x1, y0, y1 = fr.tpot_region
         fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
-                                 line={"width": 0}, fillcolor="rgba(0,158,115,0.12)",
+                                 line={"width": 0}, fillcolor="rgba(0,158,115,0.12)", showlegend=not present,
                                  name=f"TPOT <= {v['tpot_ms']:g} ms", hoverinfo="skip"))
     for i, line in enumerate(fr.bound_lines):  # the bound's curves, faint, one legend entry for them all
-        fig.add_trace(go.Scatter(x=line.x, y=line.y, mode="lines", legendgroup="bound", showlegend=i == 0,
+        fig.add_trace(go.Scatter(x=line.x, y=line.y, mode="lines", legendgroup="bound",
+                                 showlegend=i == 0 and not present,
                                  name="bound of each split", opacity=0.35,
                                  line={"color": "#999999", "width": 1}, hoverinfo="skip"))
     if fr.bound_pareto:
         fig.add_trace(go.Scatter(x=[x for x, _ in fr.bound_pareto], y=[y for _, y in fr.bound_pareto], mode="lines",
-                                 name="bound's Pareto front", opacity=0.5,
+                                 name="bound's Pareto front" if not present else "bound", opacity=0.5,
                                  line={"color": "#777777", "width": 2, "dash": "dash"}, hoverinfo="skip"))
     colors = {s.split: charts.SEQUENCE[i % len(charts.SEQUENCE)] for i, s in enumerate(plan.splits)}
     for line in fr.lines:
@@ -273,17 +273,22 @@ def frontier(model, plan):
     if fr.best is not None:
         best = plan.best
         fig.add_trace(go.Scatter(x=[fr.best[0]], y=[fr.best[1]], mode="markers",
-                                 name=f"best: {html.escape(best.split)}" + ("" if present else f", batch {best.batch:,}"),
+                                 name=f"best: {html.escape(best.split)}" + (
+                                     "" if present else f", batch {best.batch:,}"),
                                  marker={"symbol": "star", "size": 22 if present else 16, "color": "#000000"},
                                  hovertemplate="best point<br>%{x:,.1f} tokens/s per user<br>%{y:,.1f} tokens/s per "
                                                "GPU<extra></extra>"))
-    charts.style(fig, title=f"{html.escape(model.name)} on {v['num_gpus']:,} × {html.escape(gpu_name)}",
+    h = serving_headline(plan) if present else None
+    title = f"{html.escape(model.name)} on {v['num_gpus']:,} × {html.escape(gpu_name)}"
+    if h is not None and h.estimated:  # a slide names the estimate's source and the bounds here
+        title = f"{html.escape(h.engine)} estimate: {h.kind} tables, {h.confidence} confidence; bound faint"
+    charts.style(fig, title=title,
                  x_title=f"tokens/s per user ({kind})", y_title=f"tokens/s per GPU ({kind})",
                  log_x=True, log_y=True, present=present, height=charts.slide_height(present))
     if present:  # a slide: the legend inside the plot, top right (beyond the frontier, where no point lies)
         fig.update_layout(legend={"orientation": "v", "x": 0.99, "xanchor": "right", "y": 0.99, "yanchor": "top",
-                                  "bgcolor": "rgba(255,255,255,0.75)", "font": {"size": 16}},
-                          margin={"t": 60})
+                                  "bgcolor": "rgba(255,255,255,0.75)", "font": {"size": 15}, "tracegroupgap": 0},
+                          margin={"t": 50})
     else:  # the desk puts it below
         charts.legend_below(fig, sum(1 for t in fig.data if t.get("showlegend", True) is not False),
                             present=present, per_row=2)
@@ -301,7 +306,11 @@ def frontier(model, plan):
 def splits(plan):
     """Every split's best point (views.serving_split_rows) and every point as CSV."""
     st.subheader("Splits")
-    st.dataframe(frame(serving_split_rows(plan)), hide_index=True)
+    # widths (px) that fit the table in the page at 1440 px (the browser test checks it scrolls not sideways)
+    widths = {"split": 170, "pp": 44, "moe_tp": 60, "ep": 44, "TTFT": 72, "TPOT": 72, "batch": 56, "memory holds": 90,
+              "tokens/s/user": 96, "tokens/s/GPU": 96, "TPOT bound": 84, "$ per M output": 90, "what binds": 86}
+    narrow = {k: st.column_config.Column(width=w) for k, w in widths.items()}
+    st.dataframe(frame(serving_split_rows(plan)), hide_index=True, column_config=narrow)
     st.download_button("Download every point (CSV)", csv_text([p.to_dict() for p in plan.points]),
                        file_name="serving_plan_points.csv", mime="text/csv")
     st.caption(f"tp: GPUs a stage; pp: pipeline stages; moe_tp x ep = tp: the routed experts' split (slices of "

@@ -132,7 +132,7 @@ def test_the_splits_table_is_the_cores_and_coinciding_curves_say_so():
     assert table.to_dict("records") == serving_split_rows(plan)
     assert not table.isna().any().any()  # no raw None: a split that serves nothing shows NOT_SERVED
     unserved = [s.split for s in plan.splits if s.best is None]
-    assert unserved and all(table.set_index("split").loc[u, "tokens/s per GPU"] == NOT_SERVED for u in unserved)
+    assert unserved and all(table.set_index("split").loc[u, "tokens/s/GPU"] == NOT_SERVED for u in unserved)
     # On 8 H200, DeepSeek-V3's DP-attention with EP8 reaches exactly the points of DP-attention with the
     # MLP split by TP8 (the core's points, compared by views.same_as): its curve names the one it hides under.
     eight = {ln.label: ln for ln in serving_frontier(plan).bound_lines}
@@ -144,7 +144,7 @@ def test_the_splits_table_is_the_cores_and_coinciding_curves_say_so():
     assert all(t["line"]["dash"] == "dot" for t in fig["data"] if t.get("name", "").endswith(")") and "same as" in t["name"])
     # PP and the MoE split are columns of the table, as the core's splits hold them
     for row, sp in zip(table.to_dict("records"), plan.splits):
-        assert (row["tp"], row["pp"], row["moe_tp"], row["ep"]) == (sp.tp, sp.pp, sp.moe_tp, sp.ep)
+        assert (row["pp"], row["moe_tp"], row["ep"]) == (sp.pp, sp.moe_tp, sp.ep)
 
 
 def test_engine_and_kernel_tables_choose_the_estimate_and_go_into_the_link():
@@ -177,7 +177,7 @@ def test_pp_pins_the_pipeline_stages_and_the_table_shows_them():
     plan = _core(pp=2)
     table = at.dataframe[0].value
     assert table.to_dict("records") == serving_split_rows(plan)
-    assert set(table["pp"]) == {2} and list(table["tp"]) == [8]
+    assert set(table["pp"]) == {2} and [s.tp for s in plan.splits] == [8]
     assert metric(at, "Best split") == plan.best.split
     assert metric(at, "TPOT, estimate") == format_seconds(plan.best.estimate.tpot_s)
 
@@ -267,7 +267,9 @@ def test_presentation_mode_keeps_the_headline_and_the_best_few_splits():
     at = run_page(PAGE, **dict(LINK, present="1"))
     no_exceptions(at)
     plan = _core()
-    assert metric(at, "TPOT, estimate") == format_seconds(plan.best.estimate.tpot_s)
+    assert metric(at, "TPOT, est.") == format_seconds(plan.best.estimate.tpot_s)
+    h = serving_headline(plan)
+    assert h.kind in _frontier_chart(at)["layout"]["title"]["text"] and h.confidence in _frontier_chart(at)["layout"]["title"]["text"]
     fig = _frontier_chart(at)
     fr = serving_frontier(plan, max_lines=3)
     drawn = [t["name"] for t in fig["data"] if t.get("mode") == "lines+markers"]
