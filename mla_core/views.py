@@ -1025,7 +1025,8 @@ def kv_ratio(first: KVSummary, second: KVSummary) -> KVRatio:
 @dataclass(frozen=True)
 class FrontierLine(_View):
     """One split's points that fit, in batch order: `label` (the split), `x` tokens/s per user,
-    `y` tokens/s per GPU, `points` (the serving.Point of each marker), `same_as` ("same as X" or
+    `y` tokens/s per GPU (the estimate's where the plan has one, else the bound's; a bound line's
+    always the bound's), `points` (the serving.Point of each marker), `same_as` ("same as X" or
     "within 3% of X" when an earlier split's markers coincide with these, else '')."""
 
     label: str
@@ -1041,44 +1042,245 @@ class FrontierLine(_View):
 
 @dataclass(frozen=True)
 class ServingFrontier(_View):
-    """The frontier chart: `lines` (one per split with a point that fits), `pareto` ((x, y) of the
-    Pareto front), `best` ((x, y) or None), `tpot_region` (x from, x to, y from, y to) of the
-    region meeting the TPOT objective, or None without one."""
+    """The frontier chart: `lines` (one per split with a point that fits; the estimate's rates
+    where the plan has estimates), `pareto` ((x, y) of the Pareto front on the same rates),
+    `best` ((x, y) or None), `tpot_region` (x from, x to, y from, y to) of the region meeting the
+    TPOT objective, or None without one. `estimated` whether the lines are estimates;
+    `bound_lines` and `bound_pareto` the same on the bound's rates (drawn faint behind: upper
+    bounds), `best_bound` the best point on them. `lines_left_out` splits with points that
+    `max_lines` left out (the lowest ranked)."""
 
     lines: tuple[FrontierLine, ...]
     pareto: tuple[tuple[float, float], ...]
     best: tuple[float, float] | None
     tpot_region: tuple[float, float, float, float] | None
+    estimated: bool = False
+    bound_lines: tuple[FrontierLine, ...] = ()
+    bound_pareto: tuple[tuple[float, float], ...] = ()
+    best_bound: tuple[float, float] | None = None
+    lines_left_out: int = 0
 
     def to_dict(self) -> dict:
         return {"lines": [ln.to_dict() for ln in self.lines], "pareto": self.pareto, "best": self.best,
-                "tpot_region": self.tpot_region}
+                "tpot_region": self.tpot_region, "estimated": self.estimated,
+                "bound_lines": [ln.to_dict() for ln in self.bound_lines], "bound_pareto": self.bound_pareto,
+                "best_bound": self.best_bound, "lines_left_out": self.lines_left_out}
 
 
-def serving_frontier(plan) -> ServingFrontier:
+def _split_key(p) -> tuple:
+    return (p.tp, p.dp_attention, p.ep, getattr(p, "pp", 1))
+
+
+def serving_frontier(plan, max_lines: int | None = None) -> ServingFrontier:
     """What the Serving plan's frontier draws, from `serving.search`'s plan: each split's points
-    that fit (a split whose markers are those of an earlier split says so: `same_as`), the Pareto
-    front, the best point and the TPOT objective's region (tokens/s per user >= 1000 / TPOT ms,
-    spanning the points' range with a factor of 2 either side)."""
+    that fit at the estimate's rates (Point.rate_per_user / rate_per_gpu: the bound's when the
+    plan has no estimate), a split whose markers are those of an earlier split says so
+    (`same_as`); the Pareto front (plan.pareto), the best point; the same on the bound's rates
+    (`bound_lines`, plan.bound_pareto); and the TPOT objective's region (tokens/s per user >=
+    1000 / TPOT ms, spanning the points' range with a factor of 2 either side). `max_lines`
+    keeps the splits whose best points rank highest (the search's order: most tokens/s per GPU,
+    then per user; a slide's legend), the bound lines of those same splits."""
     fits = [p for p in plan.points if p.fits]
-    lines = []
-    for s in plan.splits:
-        mine = [p for p in fits if (p.tp, p.dp_attention, p.ep) == (s.tp, s.dp_attention, s.ep)]
-        if mine:
-            lines.append((s.split, tuple(p.tokens_per_s_per_user for p in mine),
-                          tuple(p.tokens_per_s_per_gpu for p in mine), tuple(mine)))
-    same = same_as((label, tuple(zip(x, y))) for label, x, y, _ in lines)
-    xs = [p.tokens_per_s_per_user for p in fits] or [1.0]
-    ys = [p.tokens_per_s_per_gpu for p in fits] or [1.0]
+    estimated = any(p.estimate is not None for p in fits)
+    order = list(plan.splits)
+    if max_lines is not None:
+        ranked = sorted((s for s in order if s.best is not None),
+                        key=lambda s: (-s.best.rate_per_gpu, -s.best.rate_per_user))
+        order = ranked[:max_lines]
+
+    def lines_of(rates):
+        out = []
+        for s in order:
+            mine = [p for p in fits if _split_key(p) == (s.tp, s.dp_attention, s.ep, s.pp)]
+            if mine:
+                out.append((s.split, tuple(rates(p)[0] for p in mine), tuple(rates(p)[1] for p in mine), tuple(mine)))
+        same = same_as((label, tuple(zip(x, y))) for label, x, y, _ in out)
+        return tuple(FrontierLine(label, x, y, pts, legend_name(label, same)[len(label):].strip(" ()"))
+                     for label, x, y, pts in out)
+
+    def est(p):
+        return (p.rate_per_user, p.rate_per_gpu)
+
+    def bnd(p):
+        return (p.tokens_per_s_per_user, p.tokens_per_s_per_gpu)
+
+    lines = lines_of(est)
+    bound_lines = lines_of(bnd) if estimated else ()
+    with_points = sum(1 for s in plan.splits if any(_split_key(p) == (s.tp, s.dp_attention, s.ep, s.pp) for p in fits))
+    xs = [v for p in fits for v in ((p.rate_per_user, p.tokens_per_s_per_user) if estimated
+                                    else (p.tokens_per_s_per_user,))] or [1.0]
+    ys = [v for p in fits for v in ((p.rate_per_gpu, p.tokens_per_s_per_gpu) if estimated
+                                    else (p.tokens_per_s_per_gpu,))] or [1.0]
     region = None
     if plan.tpot_ms:
         x_slo = 1000.0 / plan.tpot_ms
         region = (x_slo, max(max(xs) * 2, x_slo * 2), min(ys) / 2, max(ys) * 2)
-    best = (plan.best.tokens_per_s_per_user, plan.best.tokens_per_s_per_gpu) if plan.best is not None else None
-    return ServingFrontier(tuple(FrontierLine(label, x, y, pts, legend_name(label, same)[len(label):].strip(" ()"))
-                                 for label, x, y, pts in lines),
-                           tuple((p.tokens_per_s_per_user, p.tokens_per_s_per_gpu) for p in plan.pareto), best,
-                           region)
+    b = plan.best
+    return ServingFrontier(lines, tuple(est(p) for p in plan.pareto), est(b) if b is not None else None, region,
+                           estimated, bound_lines,
+                           tuple(bnd(p) for p in plan.bound_pareto) if estimated else (),
+                           bnd(b) if (b is not None and estimated) else None,
+                           with_points - len(lines))
+
+
+@dataclass(frozen=True)
+class ServingHeadline(_View):
+    """The Serving plan's headline: the best point's estimate (what the engine will do) with the
+    bound beside it. `estimated` False when the plan has no estimate (bounds only: the figures
+    are then the bound's). Times in s, rates in tokens/s. `engine` the engine's label
+    ('vLLM'), `source` the estimate's tables and their share of the time
+    ('uncalibrated (100%)'), `tables` the kernel-table chain in precedence order, `kind` which
+    kind of table gave most of the time ('own profile', 'aiconfigurator-core', 'uncalibrated' or
+    'bound'), `confidence` ('high', 'medium', 'low'), `sentence` the line that says all this."""
+
+    split: str
+    batch: int
+    max_batch: int
+    limit: str
+    estimated: bool
+    engine: str
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s_per_user: float
+    tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_gpu: float | None
+    bound_ttft_s: float
+    bound_tpot_s: float
+    bound_tokens_per_s_per_user: float
+    bound_tokens_per_s_per_gpu: float
+    bound: str
+    prefill_bound: str
+    source: str
+    tables: tuple[str, ...]
+    kind: str
+    confidence: str
+    sentence: str
+    usd_per_million_output_tokens: float | None = None
+    usd_per_million_input_tokens: float | None = None
+    tokens_per_s: float = 0.0
+
+
+def _table_kind(name: str) -> str:
+    if name.startswith("own profile"):
+        return "own profile"
+    if name.startswith("aiconfigurator"):
+        return "aiconfigurator-core"
+    return "uncalibrated"
+
+
+def serving_headline(plan) -> ServingHeadline | None:
+    """The headline of `plan` (serving.search's Plan): its best point's estimate and bound; None
+    when the plan has no best point."""
+    b = plan.best
+    if b is None:
+        return None
+    e = b.estimate
+    engine = ""
+    if plan.engine:
+        from .serving.engines import engine_rules
+
+        engine = engine_rules(plan.engine).label
+    if e is None:
+        kind, source, confidence = "bound", "roofline bound (no estimate)", "upper bound"
+        sentence = ("Bounds only: times are lower bounds and rates upper bounds (roofline, no kernel overheads); "
+                    "a real engine is slower.")
+    else:
+        source, confidence = e.source, e.confidence
+        kind = _table_kind(source.split(" (")[0])
+        sentence = (f"Estimate for {engine} from kernel tables: {source}; confidence {confidence} "
+                    f"({'at least 90%' if confidence == 'high' else '50-90%' if confidence == 'medium' else 'under 50%'}"
+                    " of the decode step's time measured). The bound beside each figure is the roofline's: no engine "
+                    "beats it.")
+    return ServingHeadline(
+        b.split, b.batch, b.max_batch, b.limit, e is not None, engine,
+        e.ttft_s if e else b.ttft_s, e.tpot_s if e else b.tpot_s,
+        e.tokens_per_s_per_user if e else b.tokens_per_s_per_user,
+        e.tokens_per_s_per_gpu if e else b.tokens_per_s_per_gpu,
+        e.output_tokens_per_s_per_gpu if e else None,
+        b.ttft_s, b.tpot_s, b.tokens_per_s_per_user, b.tokens_per_s_per_gpu, b.bound, b.prefill_bound,
+        source, tuple(plan.kernel_tables), kind, confidence, sentence,
+        b.usd_per_million_output_tokens, b.usd_per_million_input_tokens,
+        (e.tokens_per_s_per_gpu * b.num_gpus) if e else b.tokens_per_s)
+
+
+@dataclass(frozen=True)
+class BreakdownPart(_View):
+    """One segment of a step's bar: `name` (an op class, 'engine overhead' or 'kernel launches'),
+    `time_s` and `share` of the phase's summed segments."""
+
+    name: str
+    time_s: float
+    share: float
+
+
+@dataclass(frozen=True)
+class BreakdownPhase(_View):
+    """One phase: 'decode step' (one step of the best point's batch) or 'prefill' (one request,
+    its chunks summed). `time_s` the estimate's time; `parts` the op classes (summed over
+    layers), the engine's per-step overhead and, outside a CUDA graph, the kernel launches'
+    floor; `hidden_s` what the parts add above `time_s` (overlapped streams or pipeline stages
+    that run at once); `ops` (name, op class, layer, time s) of every op, longest first;
+    `captured` whether the step replays a CUDA graph; `steps` steps summed."""
+
+    phase: str
+    time_s: float
+    parts: tuple[BreakdownPart, ...]
+    hidden_s: float
+    ops: tuple[tuple[str, str, str, float], ...]
+    captured: bool
+    steps: int
+
+
+@dataclass(frozen=True)
+class ServingBreakdown(_View):
+    """Where one decode step's and one prefill's time goes at the best point (Plan.estimate):
+    `phases` (decode step, prefill), `classes` the segment names in drawing order, `source`."""
+
+    phases: tuple[BreakdownPhase, ...]
+    classes: tuple[str, ...]
+    source: str
+
+
+OVERHEAD = "engine overhead"
+LAUNCHES = "kernel launches (eager)"
+
+
+def serving_breakdown(plan) -> ServingBreakdown | None:
+    """The per-op breakdown of the plan's best point (`plan.estimate`, search.estimate_breakdown),
+    None when the plan has no estimate."""
+    est = plan.estimate
+    if not est:
+        return None
+    phases = []
+    seen: dict[str, float] = {}
+    for label, steps in (("decode step", [est["decode_step"]]), ("prefill", list(est["prefill"]))):
+        if not steps:
+            continue
+        by: dict[str, float] = {}
+        ops: dict[tuple, float] = {}
+        for s in steps:
+            for k, v in s["by_class_s"].items():
+                by[k] = by.get(k, 0.0) + v
+            for o in s.get("ops", ()):
+                key = (o["name"], o["op_class"], o["layer"])
+                ops[key] = ops.get(key, 0.0) + o["time_s"]
+        total = sum(s["time_s"] for s in steps)
+        overhead = sum(s["overhead_s"] for s in steps)
+        summed = sum(by.values()) + overhead
+        parts = sorted(by.items(), key=lambda kv: -kv[1]) + [(OVERHEAD, overhead)]
+        launches = total - summed
+        if launches > 1e-12 * max(total, 1e-30):
+            parts.append((LAUNCHES, launches))
+            summed = total
+        hidden = max(0.0, summed - total)
+        for name, t in parts:
+            seen[name] = seen.get(name, 0.0) + t
+        phases.append(BreakdownPhase(
+            label, total, tuple(BreakdownPart(n, t, t / summed if summed else 0.0) for n, t in parts), hidden,
+            tuple((n, c, layer, t) for (n, c, layer), t in sorted(ops.items(), key=lambda kv: -kv[1])),
+            bool(steps[0]["captured"]), len(steps)))
+    classes = tuple(n for n, _ in sorted(seen.items(), key=lambda kv: (kv[0] in (OVERHEAD, LAUNCHES), -kv[1])))
+    return ServingBreakdown(tuple(phases), classes, est.get("source", ""))
 
 
 NOT_SERVED = "-"  # a table cell for a split that serves no point (its weights or one batch do not fit)
@@ -1086,25 +1288,216 @@ NOT_SERVED = "-"  # a table cell for a split that serves no point (its weights o
 
 def serving_split_rows(plan) -> list[dict]:
     """The Serving plan's table: one row per split, every cell a number or a text (never None):
-    a split that serves no point shows NOT_SERVED in its time and rate columns, and says why
-    under "what binds"."""
+    the split (its label names tp), its pipeline stages pp and MoE split moe_tp x ep, its best point's estimate (TTFT,
+    TPOT, tokens/s: the bound's when the plan has no estimate) with the bound's TPOT beside it, and its $ per million output tokens when the plan has a price; a split
+    that serves no point shows NOT_SERVED in its time and rate columns, and says why under "what
+    binds"."""
     from .units import format_seconds
 
     def usd(x) -> str:
         return "n/a" if x is None else f"${x:,.3f}"
 
+    estimated = any(s.best is not None and s.best.estimate is not None for s in plan.splits)
     rows = []
     for s in plan.splits:
         b = s.best
-        rows.append({
-            "split": s.split,
-            "TTFT": format_seconds(b.ttft_s) if b else NOT_SERVED,
-            "TPOT": format_seconds(b.tpot_s) if b else NOT_SERVED,
+        e = b.estimate if b else None
+        row = {
+            "split": s.split,  # it names tp
+            "pp": s.pp,
+            "moe_tp": s.moe_tp if s.moe_tp else 1,
+            "ep": s.ep,
+            "TTFT": format_seconds(e.ttft_s if e else b.ttft_s) if b else NOT_SERVED,
+            "TPOT": format_seconds(e.tpot_s if e else b.tpot_s) if b else NOT_SERVED,
             "batch": f"{b.batch:,}" if b else NOT_SERVED,
             "memory holds": f"{s.max_batch:,}",
-            "tokens/s per user": f"{b.tokens_per_s_per_user:,.1f}" if b else NOT_SERVED,
-            "tokens/s per GPU": f"{b.tokens_per_s_per_gpu:,.1f}" if b else NOT_SERVED,
-            "$ per M output": usd(b.usd_per_million_output_tokens) if b else NOT_SERVED,
-            "what binds": b.limit if b else s.reason,
-        })
+            "tokens/s/user": f"{(e.tokens_per_s_per_user if e else b.tokens_per_s_per_user):,.1f}" if b else NOT_SERVED,
+            "tokens/s/GPU": f"{(e.tokens_per_s_per_gpu if e else b.tokens_per_s_per_gpu):,.1f}" if b else NOT_SERVED,
+        }
+        if estimated:
+            row["TPOT bound"] = format_seconds(b.tpot_s) if b else NOT_SERVED
+        if plan.usd_per_gpu_hour is not None:
+            row["$ per M output"] = usd(b.usd_per_million_output_tokens) if b else NOT_SERVED
+        row["what binds"] = b.limit if b else s.reason
+        rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving plan page: traffic at the best point (mla_core.traffic) and prefill/decode pools
+
+# The rate slider's values, requests/s: 1-2-5 steps over six decades (a log slider).
+TRAFFIC_RATES = tuple(float(f"{m * 10.0 ** e:g}") for e in range(-2, 4) for m in (1, 2, 5))
+TRAFFIC_MODES = ("rate", "concurrency")  # Poisson arrivals at a rate, or a closed loop of clients
+TRAFFIC_MAX_PROMPTS = 2000  # the page's cap on prompts a run (each sweep point simulates them)
+SWEEP_FACTORS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 1.5, 2.0, 3.0, 4.0)  # of the closed loop's throughput
+MAX_RATE_ITERATIONS = 6  # bisection steps of max_rate_at_slo on the page: about 1% precision
+
+
+@dataclass(frozen=True)
+class TrafficView(_View):
+    """The Serving plan's traffic section at the best point's split (mla_core.traffic).
+
+    `available` False with `reason` when there is nothing to simulate (no point, pipeline
+    stages). `result` the run at the chosen setting (traffic.TrafficResult: `mode` 'rate' is
+    Poisson arrivals at `rate`, 'concurrency' a closed loop of `max_concurrency` clients).
+    The sweep: Poisson `rates` (SWEEP_FACTORS of `capacity_rps`, the throughput of a closed
+    loop of max_num_seqs clients a replica), p50/p99 TTFT and TPOT at each (s; None where no
+    request has the metric), `saturated` at each and `saturation_rps` the lowest swept rate
+    whose queue grows without bound (None when none does). `max_rate_at_slo` (traffic.
+    max_rate_at_slo, MAX_RATE_ITERATIONS bisection steps; None without an SLO) and its
+    `max_rate_note`; `ttft_slo_s` / `tpot_slo_s` the objectives (None: not set);
+    `step_times` where the step times come from; `split` the split simulated."""
+
+    available: bool
+    reason: str = ""
+    split: str = ""
+    mode: str = "rate"
+    result: object = None
+    rates: tuple[float, ...] = ()
+    ttft_p50: tuple = ()
+    ttft_p99: tuple = ()
+    tpot_p50: tuple = ()
+    tpot_p99: tuple = ()
+    saturated: tuple[bool, ...] = ()
+    saturation_rps: float | None = None
+    capacity_rps: float = 0.0
+    max_rate_at_slo: float | None = None
+    max_rate_note: str = ""
+    goodput_rps: float | None = None
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    step_times: str = ""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["result"] = self.result.to_dict() if self.result is not None else None
+        return d
+
+
+def traffic_view(model: ModelSpec, gpu, plan, *, mode: str = "rate", rate: float = 1.0,
+                 max_concurrency: int = 64, num_prompts: int = 300, engine: str | None = "vllm",
+                 kernel_tables: str = "auto", profile=None, seed: int = 0, **deployment) -> TrafficView:
+    """Requests over time at `plan`'s best point (its split, the plan's workload and SLOs), as
+    the CLI's `plan --rate / --max-concurrency` does (vLLM's max_num_seqs and
+    max_num_batched_tokens defaults for `gpu`): the run at the chosen setting, a Poisson rate
+    sweep around the split's throughput, the saturation point and the highest rate meeting the
+    SLOs. One set of step times (the estimate for `engine`, `kernel_tables`, `profile`; the bound
+    when `engine` is None or no estimate can be made) serves every run. `deployment` holds the
+    Deployment fields the plan was searched with (weights_dtype, kv_dtype,
+    gpu_memory_utilization, internode_gbps, link_bandwidth_Bps, ...). Raises MLAError on bad
+    settings."""
+    import math
+    from dataclasses import replace
+
+    from .serving import Deployment, with_mtp_draft
+    from .traffic import (TrafficConfig, estimate_or_bound, kv_cache_for, max_rate_at_slo, simulate,
+                          vllm_batch_defaults)
+    from .validate import check_choice, check_int
+
+    check_choice("traffic mode", mode, TRAFFIC_MODES)
+    check_int("num_prompts", num_prompts, maximum=TRAFFIC_MAX_PROMPTS)
+    best = plan.best
+    if best is None or not best.fits:
+        return TrafficView(False, "the plan has no point that fits memory: nothing to serve traffic")
+    if best.pp > 1:
+        return TrafficView(False, "the traffic simulation runs one stage a replica: it does not model pipeline "
+                                  f"stages yet (best split {best.split})", best.split)
+    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=plan.gpus_per_node, tp=best.tp,
+                     dp_attention=best.dp_attention, ep=best.ep, **deployment)
+    wl = plan.workload
+    batched, seqs = vllm_batch_defaults(gpu)
+    if mode == "concurrency":
+        check_int("max_concurrency", max_concurrency, maximum=1 << 20)
+    cfg = TrafficConfig(input_len=wl.input_len, output_len=wl.output_len, num_prompts=num_prompts,
+                        rate=math.inf if mode == "concurrency" else float(rate),
+                        max_concurrency=max_concurrency if mode == "concurrency" else None,
+                        max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs * (wl.spec_tokens + 1)),
+                        prefix_hit=wl.prefix_hit, spec_tokens=wl.spec_tokens, acceptance=wl.acceptance,
+                        replicas=dep.replicas, seed=seed, ttft_ms=plan.ttft_ms, tpot_ms=plan.tpot_ms)
+    served, _ = with_mtp_draft(model, cfg.workload())
+    st, note = estimate_or_bound(served, dep, cfg.workload(), engine=engine, kernel_tables=kernel_tables,
+                                 profile=profile)
+    kv = kv_cache_for(served, dep)
+    result = simulate(st, kv, cfg)
+    if note:
+        result = replace(result, notes=result.notes + (note,))
+    closed = replace(cfg, rate=math.inf, max_concurrency=cfg.max_num_seqs * cfg.replicas)
+    capacity = simulate(st, kv, closed).request_throughput
+    rates = tuple(capacity * f for f in SWEEP_FACTORS)
+    runs = [simulate(st, kv, replace(cfg, rate=r, burstiness=1.0, max_concurrency=None)) for r in rates]
+    found = {"rate": None, "note": "no SLO given"}
+    if cfg.slos:
+        found = max_rate_at_slo(st, kv, cfg, iterations=MAX_RATE_ITERATIONS)
+        result = replace(result, max_rate_at_slo=found["rate"])
+    sat = tuple(r.saturated for r in runs)
+    return TrafficView(
+        True, "", best.split, mode, result, rates,
+        tuple(r.ttft_s.p50 for r in runs), tuple(r.ttft_s.p99 for r in runs),
+        tuple(r.tpot_s.p50 for r in runs), tuple(r.tpot_s.p99 for r in runs), sat,
+        next((r for r, s in zip(rates, sat) if s), None), capacity, found["rate"], found.get("note", ""),
+        result.goodput_rps, plan.ttft_ms / 1e3 if plan.ttft_ms else None, plan.tpot_ms / 1e3 if plan.tpot_ms else None,
+        result.step_times, tuple(result.notes))
+
+
+@dataclass(frozen=True)
+class DisaggView(_View):
+    """The Serving plan's prefill/decode section (serving.disagg): `result` the Disagg (pools,
+    both splits, KV transfer, TTFT, TPOT, rate and limit, the bound beside them), or None with
+    `reason`; `commands` ((engine label, role, command or None), ...) both pools' launch
+    commands, the plan's engine first; `router` ((label, command), ...) what joins the pools;
+    `aggregated` the aggregated plan's best point on its GPUs (split, num_gpus, ttft_s, tpot_s,
+    output_tokens_per_s_per_gpu: the estimate's where there is one) or None; `searched` whether
+    the pool sizes were searched."""
+
+    available: bool
+    reason: str = ""
+    result: object = None
+    commands: tuple = ()
+    router: tuple = ()
+    aggregated: dict | None = None
+    searched: bool = False
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["result"] = self.result.to_dict() if self.result is not None else None
+        return d
+
+
+def disagg_view(model: ModelSpec, gpu, plan, *, prefill_gpus: int = 0, decode_gpus: int = 0,
+                engine: str | None = "vllm", kernel_tables: str = "auto", profile=None, **deployment) -> DisaggView:
+    """A prefill pool and a decode pool serving `plan`'s workload at its SLOs, as the CLI's
+    `plan --prefill-gpus P --decode-gpus D` (both given) or `--disagg` (both 0: the pool sizes of
+    the plan's GPUs searched). `deployment`: Deployment fields (weights_dtype, kv_dtype, ...).
+    A pair that cannot be planned gives `available` False and the reason."""
+    from .serving.disagg import disaggregate, search_disagg
+    from .serving.engines import ENGINES, engine_rules
+
+    kw = dict(workload=plan.workload, gpus_per_node=plan.gpus_per_node, ttft_ms=plan.ttft_ms, tpot_ms=plan.tpot_ms,
+              engine=engine, kernel_tables=kernel_tables, profile=profile, **deployment)
+    searched = not prefill_gpus and not decode_gpus
+    try:
+        if searched:
+            r = search_disagg(model, gpu, num_gpus=plan.num_gpus, **kw)
+        elif not prefill_gpus or not decode_gpus:
+            raise MLAError("give both pool sizes (or 0 for both: the sizes of the deployment's GPUs are searched)")
+        else:
+            r = disaggregate(model, gpu, prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, **kw)
+    except MLAError as e:
+        return DisaggView(False, str(e), searched=searched)
+    first = engine or "vllm"
+    order = sorted(ENGINES, key=lambda x: x != first)
+    commands = tuple((engine_rules(x).label, role, r.commands[role][f"{x}_command"])
+                     for x in order for role in ("prefill", "decode"))
+    router = tuple((label, r.commands.get(key)) for label, key in (("SGLang router", "sglang_router_command"),
+                                                                   ("TensorRT-LLM disaggregated server",
+                                                                    "trtllm_disagg_command")) if r.commands.get(key))
+    agg = None
+    b = plan.best
+    if b is not None and b.fits:
+        e = b.estimate
+        agg = {"split": b.split, "num_gpus": plan.num_gpus, "ttft_s": e.ttft_s if e else b.ttft_s,
+               "tpot_s": e.tpot_s if e else b.tpot_s,
+               "output_tokens_per_s_per_gpu": e.output_tokens_per_s_per_gpu if e else None}
+    return DisaggView(True, "", r, commands, router, agg, searched)

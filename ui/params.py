@@ -109,6 +109,45 @@ def _claims_field(field: str) -> Callable[[], list[str]]:
     return options
 
 
+# The serving plan's choices, read from the core when a link is parsed (importing the serving
+# package here would load numpy on every page's start).
+def _engines() -> tuple[str, ...]:
+    from mla_core.serving.engines import ENGINES
+
+    return ENGINES
+
+
+def _table_sources() -> tuple[str, ...]:
+    from mla_core.serving.tables import TABLE_SOURCES
+
+    return TABLE_SOURCES
+
+
+def _traffic(name: str):
+    import mla_core.views as views
+
+    return getattr(views, name)
+
+
+def _pp(text: str) -> int:
+    from mla_core.serving.inputs import MAX_PP
+
+    return int_parser("pp", 0, MAX_PP)(text)
+
+
+def _num_prompts(text: str) -> int:
+    return int_parser("num_prompts", 1, _traffic("TRAFFIC_MAX_PROMPTS"))(text)
+
+
+def _rate(text: str) -> float:
+    TRAFFIC_RATES = _traffic("TRAFFIC_RATES")
+    v = float_parser("rate", 0, 1e6, exclusive_lo=True)(text)
+    if v not in TRAFFIC_RATES:
+        raise MLAError(f"rate must be one of the slider's values (1-2-5 steps from {TRAFFIC_RATES[0]:g} to "
+                       f"{TRAFFIC_RATES[-1]:g} requests/s), got {_short(text)}")
+    return v
+
+
 def model_options() -> list[str]:
     return [*model_ids(), CUSTOM, UPLOAD]
 
@@ -222,6 +261,18 @@ _P = [
     Param("tpot_ms", 50.0, float_parser("tpot_ms", 0, 1e9), "0: no TPOT objective"),
     Param("usd_per_gpu_hour", 0.0, float_parser("usd_per_gpu_hour", 0, 1e6), "0: no price (none is built in)"),
     Param("internode_gbps", 400.0, float_parser("internode_gbps", 1e-3, 1e7, exclusive_lo=False)),
+    Param("engine", "vllm", choice_parser("engine", _engines), "the engine the estimate follows"),
+    Param("kernel_tables", "auto", choice_parser("kernel_tables", _table_sources), "where op times come from"),
+    Param("profile", 0, int_parser("profile", 0, 2**62), "a stored kernel profile's run id; 0: none"),
+    Param("pp", 0, _pp, "pipeline stages; 0: every split searched"),
+    Param("traffic", False, bool_parser("traffic"), "the traffic simulation is shown"),
+    Param("traffic_mode", "rate", choice_parser("traffic_mode", lambda: _traffic("TRAFFIC_MODES"))),
+    Param("rate", 1.0, lambda text: _rate(text), "requests/s, one of the slider's values"),
+    Param("max_concurrency", 64, int_parser("max_concurrency", 1, 1 << 20)),
+    Param("num_prompts", 300, _num_prompts),
+    Param("disagg", False, bool_parser("disagg"), "prefill/decode disaggregation is shown"),
+    Param("prefill_gpus", 0, int_parser("prefill_gpus", 0, 4096), "0 with decode_gpus 0: pool sizes searched"),
+    Param("decode_gpus", 0, int_parser("decode_gpus", 0, 4096)),
     # published-figures filters
     Param("claims_topic", [], list_parser("claims_topic", _claims_field("topic"))),
     Param("claims_verdict", [], list_parser("claims_verdict", lambda: ["differs", "reproduced"])),
