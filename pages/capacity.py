@@ -339,9 +339,20 @@ def allocator(model, cv):
            if cv.kv_dtype == "fp8_ds_mla" else ""))
 
 
+ACROSS_KEY = "_capacity_across_open"
+
+
 def across_gpus(model, cv):
-    """The same deployment on every GPU preset (views.capacity_across_gpus)."""
-    st.subheader("Across GPU presets")
+    """The same deployment on every GPU preset (views.capacity_across_gpus), drawn while its
+    expander is open: two dozen presets and a chart cost every other rerun of the page when drawn
+    always (benchmarks/browser.py)."""
+    box = layout.lazy_expander("Across GPU presets: the same deployment on every preset", ACROSS_KEY)
+    if box.open:
+        with box:
+            _across_gpus(model, cv)
+
+
+def _across_gpus(model, cv):
     presets = capacity_across_gpus(model, cv, [models.gpu_preset(g) for g in gpu_ids()])
     main, tp, dp = cv.main, cv.tp, cv.dp_attention
     # The presets' ids (h200, mi355x) as ticks: two dozen full names turned on end would take most of the

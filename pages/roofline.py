@@ -331,7 +331,6 @@ def variants_table(rv, gpu):
 
 def step_chart(model, gpu, kv_dtype, rv):
     """The whole decode step against batch (views.step_sweep)."""
-    st.subheader("The whole decode step against batch (weights + KV)")
     st.toggle("Add the same-width variants", persist_state="session", key="_step_variants")
     variants = None
     if st.session_state.get("_step_variants"):
@@ -421,7 +420,6 @@ def step_chart(model, gpu, kv_dtype, rv):
 
 def tp_chart(model, gpu, kv_dtype, rv):
     """MLA's intensity per GPU under TP against DP-attention (views.tp_comparison)."""
-    st.subheader("Tensor parallelism against DP-attention: MLA's intensity per GPU")
     try:
         tc = tp_comparison(model, gpu, context=T, batch=B, kv_dtype=kv_dtype, mla_path=rv.mla_path, tp=tp,
                            gqa_groups=v["gqa_groups"], kv_lora_rank=v["cmp_kv_lora_rank"],
@@ -499,10 +497,27 @@ def profile_picker(base):
     return pv
 
 
+STEP_KEY, TP_KEY = "_roofline_step_open", "_roofline_tp_open"
+
+
 @layout.section
 def step_section(model, gpu, kv_dtype, rv):
-    """The step charts, rerun alone when their toggle moves (their inputs come from the page's run)."""
-    step_chart(model, gpu, kv_dtype, rv)
+    """The step charts, rerun alone when their toggle moves (their inputs come from the page's run).
+    Drawn while their expander is open (open at first in a link that adds the variants): two charts
+    redrawn on every change of the page cost more than the roofline itself (benchmarks/browser.py)."""
+    box = layout.lazy_expander("The whole decode step against batch: step time and tokens/s", STEP_KEY,
+                               expanded=bool(st.session_state.get("_step_variants")))
+    if box.open:
+        with box:
+            step_chart(model, gpu, kv_dtype, rv)
+
+
+def tp_section(model, gpu, kv_dtype, rv):
+    """MLA's intensity per GPU under TP against DP-attention, drawn while its expander is open."""
+    box = layout.lazy_expander("Tensor parallelism against DP-attention: MLA's intensity per GPU", TP_KEY)
+    if box.open:
+        with box:
+            tp_chart(model, gpu, kv_dtype, rv)
 
 
 @layout.section
@@ -539,7 +554,7 @@ def roofline_page():
         profile_picker(base)
     variants_table(rv, gpu)
     step_section(model, gpu, kv_dtype, rv)
-    tp_chart(model, gpu, kv_dtype, rv)
+    tp_section(model, gpu, kv_dtype, rv)
 
 
 charts.page_title("Decode roofline", "MLA against MHA, GQA and MQA", models.resolve_model(v)[0].name, T,

@@ -262,3 +262,21 @@ def test_coinciding_curves_say_same_as():
                if "against context" in json.loads(c.proto.spec)["layout"]["title"]["text"])
     names = [t.get("name") for t in fig["data"] if t.get("name")]
     assert "MQA (within 3% of GQA-8)" in names and "GQA-8" in names
+
+
+def test_across_gpu_presets_is_drawn_when_opened_with_the_cores_counts():
+    from mla_core.presets import gpu_ids
+
+    at = run_page(PAGE, model="deepseek-v3", gpu="h200", num_gpus="8", tp="8", context="131072", kv_dtype="bf16")
+    no_exceptions(at)
+    title = "Whole requests of 128K tokens on 8"
+    assert not any(json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(title) for c in at.get("plotly_chart"))
+    at.session_state["_capacity_across_open"] = True
+    at.run()
+    no_exceptions(at)
+    fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+               if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(title))
+    bars = fig["data"][0]
+    assert len(bars["x"]) == len(gpu_ids()) and "<b>h200</b>" in bars["x"]
+    want = core(gpu="b200", kv_dtype="bf16")
+    assert bars["y"][bars["x"].index("b200")] == want["max_concurrent_requests"]

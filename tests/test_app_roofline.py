@@ -19,6 +19,14 @@ DEEP = dict(model="deepseek-v3", gpu="h800", context="32768", batch="1", kv_dtyp
 TP_DEFAULT = params.PARAMS["tp"].default
 
 
+def _opened(at):
+    """The page with its drawn-when-open sections (the step charts, TP against DP-attention) opened,
+    as a user's click on their expanders does."""
+    at.session_state["_roofline_step_open"] = True
+    at.session_state["_roofline_tp_open"] = True
+    return at.run()
+
+
 def _figures(at) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
@@ -55,7 +63,7 @@ def test_defaults_run_and_show_the_cores_step():
 
 
 def test_deep_link_shows_241_8_and_the_variant_table():
-    at = run_page(PAGE, **DEEP)
+    at = _opened(run_page(PAGE, **DEEP))
     no_exceptions(at)
     model = load_model("deepseek-v3")
     want = decode_attention(model, 32768, 1, "bf16", "absorbed")["attention_intensity_flop_per_byte"]
@@ -83,7 +91,7 @@ def test_deep_link_shows_241_8_and_the_variant_table():
 
 def test_step_chart_marks_the_crossover_the_core_finds():
     q = dict(model="llama-3.1-8b", gpu="h100-sxm", context="128", batch="4", kv_dtype="bf16", tp="1")
-    at = run_page(PAGE, **q)
+    at = _opened(run_page(PAGE, **q))
     no_exceptions(at)
     s = decode_step_vs_batch(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), range(1, 1025), context=128,
                              kv_dtype="bf16")
@@ -292,7 +300,7 @@ def test_step_charts_mark_the_largest_batch_that_fits_and_the_whole_step_intensi
     # past that batch are drawn grey and dotted.
     from mla_core.serving import largest_batch_that_fits
 
-    at = run_page(PAGE, model="deepseek-v3", gpu="h200", context="32768", batch="64", tp="8", kv_dtype="auto")
+    at = _opened(run_page(PAGE, model="deepseek-v3", gpu="h200", context="32768", batch="64", tp="8", kv_dtype="auto"))
     no_exceptions(at)
     model, gpu = load_model("deepseek-v3"), load_gpu("h200")
     cap = largest_batch_that_fits(model, gpu, context=32768, tp=8)
@@ -328,3 +336,16 @@ def test_one_control_for_the_mla_variants_d_c_and_d_r():
     dense = run_page("pages/roofline.py", model="llama-3.1-70b")
     assert {"cmp_kv_lora_rank", "cmp_rope_dim"} <= {w.key for w in dense.number_input}
     assert not [s for s in dense.select_slider if s.key == "_wi_kv_lora_rank"]
+
+
+def test_secondary_sections_are_drawn_only_when_opened():
+    # The roofline alone by default (the step charts and the TP comparison cost every rerun when
+    # always drawn: benchmarks/browser.py); opened, the step charts' two figures and the TP chart follow.
+    at = run_page(PAGE, **DEEP)
+    no_exceptions(at)
+    titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+    assert len(titles) == 1 and len(at.dataframe) == 1, titles
+    at = _opened(at)
+    titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+    assert len(titles) == 4 and titles[2].startswith("Tokens/s, upper bound") and \
+        titles[3] == "Attention intensity per GPU against TP degree", titles
