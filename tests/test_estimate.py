@@ -21,6 +21,7 @@ from mla_core.serving.tables import UNCALIBRATED, ProfileTable, UncalibratedTabl
 H200 = load_gpu("h200")
 R1 = load_model("deepseek-r1")
 DEP8 = Deployment(gpu=H200, num_gpus=8, tp=8)
+RTX8 = Deployment(gpu=load_gpu("rtx-pro-6000"), num_gpus=8, tp=8)
 aic = pytest.importorskip  # aiconfigurator-core is the optional extra `aic` (requirements-dev.txt installs it)
 
 
@@ -117,6 +118,22 @@ def test_aiconfigurator_gemm_read_as_published():
     # a shape past the table (m = 200,000 tokens) is scaled by the roofline, with a note
     big = table.lookup(Gemm("g", 1, m=200_000, n=16384, k=16384, dtype="bf16"), _uncal().hw)
     assert "outside" in big.note and big.latency_s > 0.125006e-3
+
+
+def test_a_block_scaled_table_that_stops_short_gives_way_to_the_per_tensor_one():
+    # aiconfigurator-core 0.12.0, systems/data/rtx_pro_6000_server/gemm/vllm/0.24.0/gemm_perf.parquet: its
+    # fp8_block rows stop at n, k <= 128 (518 rows), its fp8 rows reach 65,536. DeepSeek-R1's o_proj at TP8 on
+    # a decode batch of 81 (m 81, n 7168, k 2048) is read from the fp8 rows, not the n 128, k 64 block kernel
+    # scaled up 1,000-fold by the roofline (which made a decode step 13.6 s).
+    aic("aiconfigurator_core")
+    from mla_core.serving.aic import aic_table
+
+    table = aic_table("rtx-pro-6000", "vllm")
+    hw = _uncal(RTX8).hw
+    block = table.lookup(Gemm("o_proj", 1, m=81, n=7168, k=2048, dtype="fp8", block_fp8=True), hw)
+    plain = table.lookup(Gemm("o_proj", 1, m=81, n=7168, k=2048, dtype="fp8"), hw)
+    assert "per-tensor fp8" in block.note and block.latency_s == plain.latency_s
+    assert block.latency_s < 1e-3  # a 15 MB weight read on a 1.8 TB/s card: tens of microseconds, not 70 ms
 
 
 def test_aiconfigurator_custom_allreduce_in_and_out_of_a_graph():

@@ -267,8 +267,16 @@ class AicTable(KernelTable):
             grid, note = self._cached((path, "fp8"), lambda: make("fp8")), "per-tensor fp8 GEMMs (no block-scaled table)"
         if grid is None:
             return None
-        src, n2 = self._source(backend, version, "gemm")
         hit = grid(op.m, op.n, op.k)
+        if hit.outside and dtype == "fp8_block" and not note:
+            # Some systems' block-scaled tables stop at small shapes (rtx_pro_6000_server: n, k <= 128):
+            # the per-tensor fp8 table measured at this shape beats the tiny block-scaled kernel
+            # scaled up by the roofline (its launch floor, multiplied: seconds a decode step).
+            wide = self._cached((path, "fp8"), lambda: make("fp8"))
+            wide_hit = wide(op.m, op.n, op.k) if wide is not None else None
+            if wide_hit is not None and not wide_hit.outside:
+                hit, note = wide_hit, "per-tensor fp8 GEMMs (the block-scaled table does not reach this shape)"
+        src, n2 = self._source(backend, version, "gemm")
         look = scaled(op, hw, hit, src, lambda p: {"m": int(p[0]), "n": int(p[1]), "k": int(p[2])}, "GEMM")
         return self._with(look, "; ".join(filter(None, (n2, note))))
 
