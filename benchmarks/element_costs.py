@@ -52,14 +52,14 @@ sys.path.insert(0, {root!r})
 import pandas as pd
 import streamlit as st
 from ui import charts
-from ui.charts import go
+from ui.charts import plot
 from ui.text import frame
 
 ROWS = [{{"variant": f"v{{j}}", "KV heads": j, "per token": f"{{j * 1.5:.2f}} KiB", "vs MHA": j / 7}} for j in range(8)]
 
 
 def figure(x):
-    fig = go.Figure()
+    fig = plot.Figure()
     for t in range(5):
         fig.add_trace(dict(type="scatter", x=list(range(1, 61)), y=[v * x * (t + 1) for v in range(1, 61)],
                            mode="lines", name=f"trace {{t}}"))
@@ -82,7 +82,7 @@ def kv_style(fig):
 
 
 def kv_figure(x):
-    fig = go.Figure()
+    fig = plot.Figure()
     for t in kv_traces(x):
         fig.add_trace(dict(type="scatter", **t))
     return kv_style(fig)
@@ -94,7 +94,7 @@ def kv_figure_plain(x):
     fig = pgo.Figure()
     for t in kv_traces(x):
         fig.add_trace(pgo.Scatter(**t))
-    fig.update_layout(kv_style(go.Figure()).layout)
+    fig.update_layout(kv_style(plot.Figure()).layout)
     return fig
 
 

@@ -9,7 +9,7 @@ mode the page is one slide: title, key numbers and requests against context firs
 """
 import html
 
-from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
+from ui.charts import plot  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.capacity import default_block_size
@@ -196,13 +196,13 @@ def memory_chart(cv, configs):
     bars += [(_short(c), c.result) for c in configs if c.result is not None]
     split = memory_bars(bars)
     names = [_plot_text(name) for name, _ in split]
-    fig = go.Figure()
+    fig = plot.Figure()
     for key, label, color in PARTS:
-        fig.add_trace(go.Bar(
+        fig.add_trace(plot.Bar(
             x=names, y=[s[key] / GiB for _, s in split], name=label, marker_color=color,
             customdata=[_exact(s[key]) for _, s in split],
             hovertemplate=f"%{{x}}<br>{label}: %{{customdata}}<extra></extra>"))
-    fig.add_trace(go.Scatter(
+    fig.add_trace(plot.Scatter(
         x=names, y=[s["memory"] / GiB for _, s in split], mode="markers", name="memory per GPU",
         marker={"symbol": "line-ew", "size": 60, "line": {"width": 3, "color": "#000000"}},
         customdata=[[_exact(s["memory"]), "" if not s["over"] else f"<br>weights do not fit: over by {_exact(s['over'])}"]
@@ -267,7 +267,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
                            file_name="capacity_variants.csv", mime="text/csv")
     if table_only:
         return
-    fig = go.Figure()
+    fig = plot.Figure()
     for s in cvv.series:
         name = legend_name(s.label, cvv.same_as) + (" (this model)" if s.is_model else "")
         y = [n if n else None for n in s.y]  # a log axis cannot show 0: the line stops where not one request fits
@@ -358,13 +358,13 @@ def _across_gpus(model, cv):
     # The presets' ids (h200, mi355x) as ticks: two dozen full names turned on end would take most of the
     # chart's height; the name is in the hover.
     x_names = [f"<b>{g.id}</b>" if g.id == v["gpu"] else g.id for g, _, _ in presets]
-    fig = go.Figure()
+    fig = plot.Figure()
     traces = [(f"{model.kind.upper()}" + (" latent" if model.is_mla else "") + " (this model)",
                model.kind.upper(), [r for _, r, _ in presets])]
     if presets and presets[0][2] is not None:  # an MLA model: what the MHA formula would admit
         traces.append(("MHA-formula allocator", "MLA expanded", [e for _, _, e in presets]))
     for k, (name, color_key, results) in enumerate(traces):
-        fig.add_trace(go.Bar(
+        fig.add_trace(plot.Bar(
             x=x_names, y=[r["max_concurrent_requests"] for r in results], name=name,
             marker={"color": charts.color_for(color_key)}, textposition="outside", constraintext="none", cliponaxis=False,
             text=[_requests(r["max_concurrent_requests"]) if r["weights_fit"] else ("✗" if k == 0 else "")
@@ -473,9 +473,9 @@ def _compare_results(model, gpu, cv, configs):
                    "compare.")
         return
     contexts, counts = configurations_by_context(ready, T)
-    fig = go.Figure()
+    fig = plot.Figure()
     for c, n_req in counts:
-        fig.add_trace(go.Bar(
+        fig.add_trace(plot.Bar(
             x=[format_tokens(t) for t in contexts], y=[n if n else None for n in n_req],
             name=_plot_text(_short(c)), marker={"color": charts.SEQUENCE[(c.i - 1) % len(charts.SEQUENCE)]},
             text=[_requests(n) for n in n_req], textposition="outside", constraintext="none", cliponaxis=False,

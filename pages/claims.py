@@ -5,7 +5,7 @@ figure, the computation from the stated inputs and, where the figure differs, th
 replay of the slip. This page shows them; it computes nothing itself. Sections: `conventions`,
 `summary`, `filters`, `table`, `chart` and `details`, drawing what views.claims_view returns; in
 presentation mode the slide is the title, the summary numbers and the chart."""
-from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
+from ui.charts import plot  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.claims import describe_expr, evaluate_all, format_figure, format_stated
@@ -147,14 +147,14 @@ def chart(cv):
     if not cv.plotted:
         return
     lo, hi = cv.diagonal
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
+    fig = plot.Figure()
+    fig.add_trace(plot.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="recomputed = stated",
                              line={"color": "#777777", "dash": "dot"}, hoverinfo="skip"))
     for verdict in ("reproduced", "differs"):
         cs = [c for c in cv.plotted if c["verdict"] == verdict]
         if not cs:
             continue
-        fig.add_trace(go.Scatter(
+        fig.add_trace(plot.Scatter(
             x=[c["stated"]["value"] for c in cs], y=[c["computed"] for c in cs], mode="markers", name=verdict,
             marker={"color": VERDICT_COLORS[verdict], "size": 14 if present else 10,
                     "symbol": "circle" if verdict == "reproduced" else "x", "line": {"width": 1, "color": "#333333"}},

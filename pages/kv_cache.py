@@ -5,7 +5,7 @@ Sections, each drawing what one core call returns: `model_source` (upload, paste
 model column), `variants` (views.kv_variants) and `context_chart` (views.kv_sweep). In
 presentation mode the page is one slide: title, key numbers, the chart; controls follow.
 """
-from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
+from ui.charts import plot  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.config import loads_config, parse_config
@@ -240,7 +240,7 @@ def context_chart(model, kv_dtype, second=None):
     except MLAError as e:
         text.error(e)
         return
-    fig = go.Figure()
+    fig = plot.Figure()
     lines = [*sw.series, *([sw.second] if sw.second else [])]
     for s in lines:
         name = charts.plot_text(legend_name(s.label, sw.same_as) + (" (this model)" if s.is_model else ""))

@@ -8,7 +8,7 @@ mla_core.sweeps; docs/model.md, "Decode step roofline"): `gpu_choice` (views.roo
 page's result (ui.measured) and from a stored kernel profile (`profile_picker`,
 views.roofline_profiles: its attention decode calls, counted as the predictions are). In presentation mode the page is one slide: title, key numbers and
 the roofline chart first."""
-from ui.charts import go  # plotly.graph_objects spelling, built as plain dicts
+from ui.charts import plot  # plotly.graph_objects spelling, built as plain dicts
 import streamlit as st
 
 from mla_core.store import disturbance
@@ -201,7 +201,7 @@ def _profile_trace(fig, profile) -> None:
     """The chosen kernel profile's decode calls (views.roofline_profiles): x = counted flops / bytes,
     y = flops / measured latency."""
     pts = profile.roofline.points
-    fig.add_trace(go.Scatter(
+    fig.add_trace(plot.Scatter(
         x=[p.intensity_flop_per_byte for p in pts], y=[p.achieved_flops / TFLOPS for p in pts], mode="markers",
         name=charts.plot_text(profile.name),
         marker={"symbol": "star", "size": 15 if present else 12, "color": [charts.color_for(p.label) for p in pts],
@@ -220,12 +220,12 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets, profile=None):
     if not present:
         st.subheader("Attention on the roofline")
     ridge = rv.ridge
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(
+    fig = plot.Figure()
+    fig.add_trace(plot.Scatter(
         x=rv.roof_x, y=[y / TFLOPS for y in rv.roof_y], mode="lines",
         name=f"roof: {charts.plot_text(gpu_name)}", line={"color": "#777777", "width": 3 if present else 2},
         hovertemplate="min(peak, bandwidth x intensity)<br>%{x:.3g} flop/B -> %{y:.4g} TFLOP/s<extra></extra>"))
-    fig.add_trace(go.Scatter(
+    fig.add_trace(plot.Scatter(
         x=[ridge], y=[rv.roof_y[1] / TFLOPS], mode="markers+text", name="ridge point", showlegend=False,
         marker={"symbol": "diamond", "size": 14 if present else 11, "color": "#777777"},
         text=[f"ridge {format_intensity(ridge)}"], textposition="bottom right",
@@ -234,7 +234,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets, profile=None):
     for p in sorted(rv.points, key=lambda p: p.label != "MLA expanded"):
         r = p.result
         symbol, extra = SYMBOLS.get(p.label, ("circle", 0))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(plot.Scatter(
             x=[r["attention_intensity_flop_per_byte"]], y=[r["attainable_flops"] / TFLOPS], mode="markers",
             name=p.label + (" (this model)" if p.is_model else ""),
             marker={"color": charts.color_for(p.label), "symbol": symbol,
@@ -243,7 +243,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets, profile=None):
             hovertemplate=_hover(p.label, r, f", KV {p.kv_dtype}") + "<extra></extra>"))
     own_tp, own_name = rv.own_tp, rv.own_label
     if own_tp["heads_per_gpu"] != rv.own_all["heads_per_gpu"]:
-        fig.add_trace(go.Scatter(
+        fig.add_trace(plot.Scatter(
             x=[own_tp["attention_intensity_flop_per_byte"]], y=[own_tp["attainable_flops"] / TFLOPS], mode="markers",
             name=f"{own_name}, one GPU at TP {tp}",
             marker={"color": charts.color_for(own_name), "size": 16 if present else 12, "symbol": "circle-open",
@@ -251,7 +251,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets, profile=None):
             hovertemplate=_hover(own_name, own_tp, f", one GPU at TP {tp} ({own_tp['heads_per_gpu']} query heads)")
             + "<extra></extra>"))
     for name, pts, result in measured_sets:
-        fig.add_trace(go.Scatter(
+        fig.add_trace(plot.Scatter(
             x=[p.intensity_flop_per_byte for p in pts], y=[p.achieved_TFLOPs for p in pts], mode="markers", name=name,
             marker={"symbol": "x", "size": 14 if present else 11, "color": [charts.color_for(p.label) for p in pts],
                     "line": {"width": 1, "color": "#333333"}},
@@ -266,7 +266,7 @@ def roofline_chart(rv, gpu, gpu_name, measured_sets, profile=None):
         bw_GBps, mm_TFLOPs = measured.ceilings(result)
         mroof = measured_roof(bw_GBps, mm_TFLOPs, rv.roof_x[0], rv.roof_x[-1]) if bw_GBps and mm_TFLOPs else None
         if mroof:
-            fig.add_trace(go.Scatter(
+            fig.add_trace(plot.Scatter(
                 x=mroof[0], y=[y / TFLOPS for y in mroof[1]], mode="lines",
                 name=f"measured roof: {name.removeprefix('measured: ')}",
                 line={"color": "#777777", "dash": "dot", "width": 2},
@@ -343,7 +343,7 @@ def step_chart(model, gpu, kv_dtype, rv):
         st.error(escape_md(str(e), 400))
         return
     crossover, bx = sw.crossover, list(sw.batches)
-    fig_t, fig_r = go.Figure(), go.Figure()
+    fig_t, fig_r = plot.Figure(), plot.Figure()
     for label, mine, s in sw.lines:
         name = label + (" (this model)" if mine else "")
         width = (4 if present else 3) if mine else (3 if present else 1.8)
@@ -362,16 +362,16 @@ def step_chart(model, gpu, kv_dtype, rv):
             if not idx:
                 continue
             cd = [custom[j] for j in idx]
-            fig_t.add_trace(go.Scatter(x=[bx[j] for j in idx], y=[s["step_time_s"][j] * 1e3 for j in idx],
+            fig_t.add_trace(plot.Scatter(x=[bx[j] for j in idx], y=[s["step_time_s"][j] * 1e3 for j in idx],
                                  mode="lines", name=trace_name, customdata=cd, line=line, hovertemplate=hover,
                                  showlegend=legend))
-            fig_r.add_trace(go.Scatter(x=[bx[j] for j in idx], y=[s["tokens_per_s"][j] for j in idx],
+            fig_r.add_trace(plot.Scatter(x=[bx[j] for j in idx], y=[s["tokens_per_s"][j] for j in idx],
                                  mode="lines", name=trace_name, customdata=cd, line=line, hovertemplate=hover,
                                  showlegend=legend))
         if mine:
             for part, key, dash in (("memory time (bytes / bandwidth)", "memory_time_s", "dash"),
                                     ("compute time (flops / peak)", "compute_time_s", "dot")):
-                fig_t.add_trace(go.Scatter(x=bx, y=[t * 1e3 for t in s[key]], mode="lines", name=part,
+                fig_t.add_trace(plot.Scatter(x=bx, y=[t * 1e3 for t in s[key]], mode="lines", name=part,
                                      line={"color": "#777777", "dash": dash, "width": 2},
                                      hovertemplate=f"{part}<br>batch %{{x:,}}: %{{y:.4g}} ms<extra></extra>"))
     # Vertical markers as traces: on log axes Plotly puts shape labels (annotations) in log units.
@@ -379,16 +379,16 @@ def step_chart(model, gpu, kv_dtype, rv):
         ys = [y * scale for _, _, s in sw.lines for y in (min(s[key]), max(s[key]))]
         span = [min(ys), max(ys)]
         if crossover is not None:
-            f.add_trace(go.Scatter(x=[crossover, crossover], y=span, mode="lines",
+            f.add_trace(plot.Scatter(x=[crossover, crossover], y=span, mode="lines",
                                    name=f"compute bound from batch {crossover:,}",
                                    line={"dash": "dash", "color": "#777777", "width": 1.5},
                                    hovertemplate=f"memory/compute crossover: batch {crossover:,}<extra></extra>"))
         if sw.cap is not None and 1 <= sw.cap <= bx[-1]:
-            f.add_trace(go.Scatter(x=[sw.cap, sw.cap], y=span, mode="lines",
+            f.add_trace(plot.Scatter(x=[sw.cap, sw.cap], y=span, mode="lines",
                              name=f"memory holds {sw.cap:,} sequences",
                              line={"dash": "dashdot", "color": "#D55E00", "width": 1.5},
                              hovertemplate=f"largest batch that fits at TP {tp}: {sw.cap:,}<extra></extra>"))
-        f.add_trace(go.Scatter(x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
+        f.add_trace(plot.Scatter(x=[B, B], y=span, mode="lines", name=f"batch {B:,} (sidebar)", showlegend=False,
                                line={"dash": "dot", "color": "#777777", "width": 1.5},
                                hovertemplate=f"batch {B:,} (sidebar)<extra></extra>"))
     charts.style(fig_t, title=f"Step time, lower bound ({format_tokens(T)}, TP {tp} share)",
@@ -428,20 +428,20 @@ def tp_chart(model, gpu, kv_dtype, rv):
         st.error(escape_md(f"TP comparison unavailable: {e}", 400))
         return
     degrees, ridge, mla_label, gqa_label = list(tc.degrees), tc.ridge, tc.mla_label, tc.gqa_label
-    fig_tp = go.Figure()
+    fig_tp = plot.Figure()
     lines = ((f"{mla_label}, TP (heads split, latent replicated)", 1, charts.color_for(mla_label), "solid"),
              (f"{mla_label}, DP-attention (all heads, whole sequences)", 2, charts.color_for(mla_label), "dash"),
              (f"{gqa_label}, TP (heads and KV heads split)", 3, charts.color_for(gqa_label), "solid"))
     for name, idx, color, dash in lines:
         rs = [row[idx] for row in tc.rows]
-        fig_tp.add_trace(go.Scatter(
+        fig_tp.add_trace(plot.Scatter(
             x=degrees, y=[r["attention_intensity_flop_per_byte"] for r in rs], mode="lines+markers", name=name,
             line={"color": color, "dash": dash, "width": 4 if present else 2.5},
             customdata=[[format_intensity(r["attention_intensity_flop_per_byte"]), r["heads_per_gpu"], r["bound"]]
                         for r in rs],
             hovertemplate=f"{name}<br>TP %{{x}}: %{{customdata[0]}}, %{{customdata[1]}} query heads per GPU, "
                           "%{customdata[2]} bound<extra></extra>"))
-    fig_tp.add_trace(go.Scatter(x=[degrees[0], degrees[-1]], y=[ridge, ridge], mode="lines",
+    fig_tp.add_trace(plot.Scatter(x=[degrees[0], degrees[-1]], y=[ridge, ridge], mode="lines",
                                 name=f"ridge point ({format_intensity(ridge)})",
                                 line={"dash": "dot", "color": "#777777"},
                                 hovertemplate=f"ridge {format_intensity(ridge)}: below it, memory bound<extra></extra>"))

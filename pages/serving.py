@@ -13,7 +13,7 @@ plan) made of functions that each draw what one core call returns: `inputs` (wid
 called from `serving_page` with the plan."""
 import html
 
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
+from ui.charts import plot  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.errors import MLAError
@@ -205,11 +205,11 @@ def breakdown(plan):
     if b is None:
         return
     st.subheader("Where the time goes: one decode step and one prefill")
-    fig = go.Figure()
+    fig = plot.Figure()
     labels = [f"{p.phase} ({format_seconds(p.time_s)})" for p in b.phases]
     for i, name in enumerate(b.classes):
         parts = [next((x for x in p.parts if x.name == name), None) for p in b.phases]
-        fig.add_trace(go.Bar(
+        fig.add_trace(plot.Bar(
             y=labels, x=[100 * x.share if x else 0 for x in parts], orientation="h", name=html.escape(name),
             marker={"color": charts.SEQUENCE[i % len(charts.SEQUENCE)]},
             customdata=[format_seconds(x.time_s) if x else "0 s" for x in parts],
@@ -238,25 +238,25 @@ def frontier(model, plan):
         st.subheader("The frontier: tokens/s per GPU against tokens/s per user")
     fr = serving_frontier(plan, max_lines=3 if present else None)
     kind = "estimate" if fr.estimated else "upper bound"
-    fig = go.Figure()
+    fig = plot.Figure()
     if fr.tpot_region is not None:  # the TPOT objective is a floor on tokens/s per user: the region right of it
         x0, x1, y0, y1 = fr.tpot_region
-        fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
+        fig.add_trace(plot.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], fill="toself", mode="lines",
                                  line={"width": 0}, fillcolor="rgba(0,158,115,0.12)", showlegend=not present,
                                  name=f"TPOT <= {v['tpot_ms']:g} ms", hoverinfo="skip"))
     for i, line in enumerate(fr.bound_lines):  # the bound's curves, faint, one legend entry for them all
-        fig.add_trace(go.Scatter(x=line.x, y=line.y, mode="lines", legendgroup="bound",
+        fig.add_trace(plot.Scatter(x=line.x, y=line.y, mode="lines", legendgroup="bound",
                                  showlegend=i == 0 and not present,
                                  name="bound of each split", opacity=0.35,
                                  line={"color": "#999999", "width": 1}, hoverinfo="skip"))
     if fr.bound_pareto:
-        fig.add_trace(go.Scatter(x=[x for x, _ in fr.bound_pareto], y=[y for _, y in fr.bound_pareto], mode="lines",
+        fig.add_trace(plot.Scatter(x=[x for x, _ in fr.bound_pareto], y=[y for _, y in fr.bound_pareto], mode="lines",
                                  name="bound's Pareto front" if not present else "bound", opacity=0.5,
                                  line={"color": "#777777", "width": 2, "dash": "dash"}, hoverinfo="skip"))
     colors = {s.split: charts.SEQUENCE[i % len(charts.SEQUENCE)] for i, s in enumerate(plan.splits)}
     for line in fr.lines:
         name = html.escape(line.label + (f" ({line.same_as})" if line.same_as else ""))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(plot.Scatter(
             x=line.x, y=line.y, mode="lines+markers", name=name,
             line={"color": colors[line.label], "width": 2, "dash": "dot" if line.same_as else "solid"},
             customdata=[[p.batch, format_seconds(p.estimate.ttft_s if p.estimate else p.ttft_s),
@@ -267,12 +267,12 @@ def frontier(model, plan):
                            f"({kind})<br>TPOT bound %{{customdata[3]}}, %{{customdata[4]}} bound<br>"
                            "meets the SLOs: %{customdata[5]}<extra></extra>")))
     if fr.pareto:
-        fig.add_trace(go.Scatter(x=[x for x, _ in fr.pareto], y=[y for _, y in fr.pareto], mode="lines",
+        fig.add_trace(plot.Scatter(x=[x for x, _ in fr.pareto], y=[y for _, y in fr.pareto], mode="lines",
                                  name="Pareto front" + ("" if present else " (no point beats these on both axes)"),
                                  line={"color": "#333333", "width": 2, "dash": "dash"}, hoverinfo="skip"))
     if fr.best is not None:
         best = plan.best
-        fig.add_trace(go.Scatter(x=[fr.best[0]], y=[fr.best[1]], mode="markers",
+        fig.add_trace(plot.Scatter(x=[fr.best[0]], y=[fr.best[1]], mode="markers",
                                  name=f"best: {html.escape(best.split)}" + (
                                      "" if present else f", batch {best.batch:,}"),
                                  marker={"symbol": "star", "size": 22 if present else 16, "color": "#000000"},
@@ -395,21 +395,21 @@ def traffic(model, gpu, plan, dep_kw):
     cols = st.columns(2)
     for col, name, p50, p99, slo in ((cols[0], "TTFT", t.ttft_p50, t.ttft_p99, t.ttft_slo_s),
                                      (cols[1], "TPOT", t.tpot_p50, t.tpot_p99, t.tpot_slo_s)):
-        fig = go.Figure()
+        fig = plot.Figure()
         for label, ys, dash in (("p50", p50, "dot"), ("p99", p99, "solid")):
-            fig.add_trace(go.Scatter(x=t.rates, y=[None if y is None else y * 1e3 for y in ys], mode="lines+markers",
+            fig.add_trace(plot.Scatter(x=t.rates, y=[None if y is None else y * 1e3 for y in ys], mode="lines+markers",
                                      name=label, line={"dash": dash, "width": 2},
                                      hovertemplate=f"{label} %{{y:,.1f}} ms at %{{x:,.3g}} req/s<extra></extra>"))
         shapes = []
         if slo is not None:
             shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": slo * 1e3, "y1": slo * 1e3,
                            "line": {"color": "#D55E00", "dash": "dash"}})
-            fig.add_trace(go.Scatter(x=[t.rates[0], t.rates[-1]], y=[slo * 1e3] * 2, mode="lines",
+            fig.add_trace(plot.Scatter(x=[t.rates[0], t.rates[-1]], y=[slo * 1e3] * 2, mode="lines",
                                      name=f"objective {slo * 1e3:g} ms", line={"color": "#D55E00", "dash": "dash"}))
         if t.saturation_rps is not None:
             shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": t.saturation_rps,
                            "x1": t.saturation_rps, "line": {"color": "#000000", "dash": "dot"}})
-            fig.add_trace(go.Scatter(x=[t.saturation_rps], y=[max(y for y in p99 if y is not None) * 1e3],
+            fig.add_trace(plot.Scatter(x=[t.saturation_rps], y=[max(y for y in p99 if y is not None) * 1e3],
                                      mode="markers", name=f"saturated from {t.saturation_rps:,.3g} req/s",
                                      marker={"symbol": "x", "size": 12, "color": "#000000"}))
         fig.update_layout(shapes=shapes)

@@ -39,12 +39,18 @@ def store(tmp_path, monkeypatch):
     yield path
 
 
+OPEN_WHEN_ASKED = ("_roofline_step_open", "_roofline_tp_open", "_capacity_across_open")
+
+
 def _specs(monkeypatch, validate: bool) -> dict:
     monkeypatch.setenv(charts.VALIDATE_ENV, "1" if validate else "0")
     out = {}
     for page in PAGES:
         for query in ({"model": "deepseek-v3", "context": 65536}, {"model": "kimi-k2", "present": "true"}):
             at = run_page(page, **query)
+            for key in OPEN_WHEN_ASKED:  # the sections drawn only while open, opened: their charts too
+                at.session_state[key] = True
+            at.run()
             no_exceptions(at)
             out[f"{page} {query}"] = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     return out
@@ -60,9 +66,9 @@ def test_every_chart_reaches_the_browser_the_same_with_or_without_validation(mon
 def test_the_figure_builder_follows_plotlys_update_rules():
     import plotly.graph_objects as pgo
 
-    fig = charts.go.Figure()
-    fig.add_trace(charts.go.Scatter(x=[1, 2], y=[3, 4], marker_color="#000", line_shape="hv", name=None))
-    fig.add_trace(charts.go.Bar(x=["a"], y=[1], marker={"color": "#111"}))
+    fig = charts.plot.Figure()
+    fig.add_trace(charts.plot.Scatter(x=[1, 2], y=[3, 4], marker_color="#000", line_shape="hv", name=None))
+    fig.add_trace(charts.plot.Bar(x=["a"], y=[1], marker={"color": "#111"}))
     fig.update_layout(title="plain text", barmode="group", legend={"x": 0})
     fig.update_layout(legend={"y": 1}, xaxis_title="x (unit)")
     fig.update_xaxes(type="category")

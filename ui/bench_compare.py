@@ -11,7 +11,7 @@ from mla_core.units import format_rate, format_seconds
 
 from . import charts, measured
 from .bench_common import GB, TFLOP, load
-from .charts import go
+from .charts import plot
 from .text import escape_md, frame
 
 ss = st.session_state
@@ -82,11 +82,11 @@ def compare(cat, present: bool) -> None:
                 "achieved TFLOP/s": ("achieved_TFLOPs", "achieved compute (TFLOP/s)", 1),
                 "median time": ("median_s", "median time (ms)", 1e3),  # s -> ms
             }[ss.get("_bench_cmp_metric") or "achieved GB/s"]
-            fig3 = go.Figure()
+            fig3 = plot.Figure()
             cats = [row["kernel"] + (f"<br>{row['shape_text']}" if by_shape else "") for row in cmp_rows]
             for i, (name, _) in enumerate(named):
                 cells = [row["runs"][name] for row in cmp_rows]
-                fig3.add_trace(go.Bar(
+                fig3.add_trace(plot.Bar(
                     x=cats, y=[c[metric_key] * scale if c and c[metric_key] else None for c in cells], name=name,
                     marker={"color": charts.SEQUENCE[i % len(charts.SEQUENCE)]},
                     customdata=[[c["shape_text"], format_seconds(c["median_s"]),

@@ -10,7 +10,7 @@ from mla_core.units import format_bytes, format_count, format_intensity, format_
 
 from . import bench_model, bench_runs, charts, measured
 from .bench_common import GB, MAX_MESSAGES, TFLOP, flush, load, set_shown
-from .charts import go
+from .charts import plot
 from .text import csv_text, escape_md, frame
 
 ss = st.session_state
@@ -133,10 +133,10 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
     decode = [r for r in rows if r["is_decode"] and r["intensity_flop_per_byte"]]
     if pts and cs["bandwidth_GBps"] and cs["matmul_TFLOPs"]:
         intens = [p.intensity_flop_per_byte for p in pts]
-        fig = go.Figure()
+        fig = plot.Figure()
         try:
             mroof = report.roof(cs["bandwidth_GBps"], cs["matmul_TFLOPs"], intens)
-            fig.add_trace(go.Scatter(
+            fig.add_trace(plot.Scatter(
                 x=mroof["x"], y=mroof["y_TFLOPs"], mode="lines", name="measured roof (read bandwidth, matmul)",
                 line={"color": "#777777", "dash": "dot", "width": 3 if present else 2},
                 hovertemplate=(f"measured: {format_rate(cs['bandwidth_GBps'] * GB, 'B/s')}, "
@@ -144,7 +144,7 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
                                f"{format_intensity(mroof['ridge'])}<extra></extra>")))
             if cs["datasheet"]:
                 droof = report.roof(cs["peak_bandwidth_GBps"], cs["peak_TFLOPs"], intens)
-                fig.add_trace(go.Scatter(
+                fig.add_trace(plot.Scatter(
                     x=droof["x"], y=droof["y_TFLOPs"], mode="lines", name=f"datasheet roof ({cs['preset']})",
                     line={"color": "#777777", "width": 3 if present else 2},
                     hovertemplate=(f"datasheet: {format_rate(cs['peak_bandwidth_GBps'] * GB, 'B/s')}, "
@@ -153,7 +153,7 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
             st.warning(escape_md(str(e), 300))
         for label in dict.fromkeys(p.label for p in pts):
             mine = [p for p in pts if p.label == label]
-            fig.add_trace(go.Scatter(
+            fig.add_trace(plot.Scatter(
                 x=[p.intensity_flop_per_byte for p in mine], y=[p.achieved_TFLOPs for p in mine], mode="markers",
                 name=f"{label} measured", legendgroup=label,
                 marker={"symbol": "x", "size": 15 if present else 12, "color": charts.color_for(label),
@@ -166,7 +166,7 @@ def _roofline(shown: dict, rows: list, cs: dict, present: bool, *, slide: bool =
                                "median %{customdata[1]}: %{customdata[2]}, %{customdata[3]}<extra></extra>")))
             preds = [r for r in decode if measured.DECODE_KERNELS.get(r["kernel"]) == label and r["predicted_TFLOPs"]]
             if preds:
-                fig.add_trace(go.Scatter(
+                fig.add_trace(plot.Scatter(
                     x=[r["intensity_flop_per_byte"] for r in preds], y=[r["predicted_TFLOPs"] for r in preds],
                     mode="markers", name=f"{label} predicted", legendgroup=label,
                     marker={"symbol": "circle-open", "size": 15 if present else 12, "color": charts.color_for(label),
@@ -201,10 +201,10 @@ def _predicted(shown: dict, rows: list, present: bool) -> None:
         cats = [measured.DECODE_KERNELS.get(r["kernel"], r["kernel"]) for r in decode]
         if len(set(cats)) < len(cats):  # a sweep: several shapes per kernel
             cats = [f"{c}<br>{r['shape_text']}" for c, r in zip(cats, decode)]
-        fig2 = go.Figure()
+        fig2 = plot.Figure()
         for name, key, color in (("measured (median)", "median_s", charts.color_for("measured")),
                                  ("predicted (measured ceilings)", "predicted_s", charts.color_for("model"))):
-            fig2.add_trace(go.Bar(
+            fig2.add_trace(plot.Bar(
                 x=cats, y=[r[key] * 1e3 if r[key] else None for r in decode], name=name, marker={"color": color},
                 customdata=[[format_seconds(r[key]) if r[key] else "n/a", r["shape_text"]] for r in decode],
                 hovertemplate=f"{name}<br>%{{x}} (%{{customdata[1]}}): %{{customdata[0]}}<extra></extra>"))

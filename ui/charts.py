@@ -40,9 +40,9 @@ def color_for(label: str) -> str:
 # --- figures: built as plain dicts, handed to Plotly once --------------------------------------------
 # Building figures with plotly.graph_objects validates every property and copies every array on
 # each add_trace (and again when Streamlit serialises the figure): 60-70% of a page's rerun on the
-# served path (benchmarks/served.py, pyinstrument). The pages keep graph_objects' spelling
-# (`from ui.charts import go`; go.Figure(), fig.add_trace(go.Scatter(...)), fig.update_layout(...)),
-# but traces and layout are plain dicts until `show()` hands them to one go.Figure. Plotly
+# served path (benchmarks/served.py, pyinstrument). The pages keep graph_objects' spelling under another name
+# (`from ui.charts import plot`; plot.Figure(), fig.add_trace(plot.Scatter(...)), fig.update_layout(...)),
+# but traces and layout are plain dicts until `show()` hands them to one plotly.graph_objects.Figure. Plotly
 # validates that figure when MLA_VALIDATE_FIGURES=1 (the test suite sets it, so a misspelt
 # property fails there) and skips validation otherwise; tests/test_charts.py checks that both
 # give the browser the same JSON for every chart of every page.
@@ -115,7 +115,7 @@ class Figure:
         return {"data": self.data, "layout": self.layout}
 
     def to_plotly(self):
-        """One plotly go.Figure of this figure (validated when `validating()`)."""
+        """One plotly.graph_objects.Figure of this figure (validated when `validating()`)."""
         if validating():
             import plotly.graph_objects as pgo
 
@@ -163,7 +163,7 @@ def _ready(spec: dict):
 
         _READY = Ready
     layout = spec["layout"]
-    if "template" not in layout:  # go.Figure() adds the default template (Streamlit's, once imported)
+    if "template" not in layout:  # plot.Figure() adds the default template (Streamlit's, once imported)
         layout["template"] = _default_template()
     return _READY(spec)
 
@@ -188,7 +188,7 @@ def _trace(kind: str):
     return make
 
 
-go = types.SimpleNamespace(Figure=Figure, Scatter=_trace("scatter"), Bar=_trace("bar"))
+plot = types.SimpleNamespace(Figure=Figure, Scatter=_trace("scatter"), Bar=_trace("bar"))
 
 
 @functools.lru_cache(maxsize=2)

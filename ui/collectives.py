@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
+from ui.charts import plot  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.bench import comm
@@ -92,9 +92,9 @@ def section(present: bool = False) -> None:
         "reps": r.reps} for r in view.rows]), hide_index=True,
         column_config={k: st.column_config.NumberColumn(format="%.3f")
                        for k in ("algbw (GB/s)", "busbw (GB/s)", "busbw best (GB/s)")})
-    fig = go.Figure()
+    fig = plot.Figure()
     for i, (op, s) in enumerate(view.series.items()):
-        fig.add_trace(go.Scatter(x=s["size_bytes"], y=s["busbw_GBps"], mode="lines+markers", name=op,
+        fig.add_trace(plot.Scatter(x=s["size_bytes"], y=s["busbw_GBps"], mode="lines+markers", name=op,
                                  line={"color": charts.SEQUENCE[i % len(charts.SEQUENCE)]},
                                  customdata=[format_bytes(b) for b in s["size_bytes"]],
                                  hovertemplate=f"{op}<br>%{{customdata}}: %{{y:.3f}} GB/s busbw<extra></extra>"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
+from ui.charts import plot  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core import install
@@ -138,10 +138,10 @@ def section(present: bool = False) -> None:
                  column_config={"error (%)": st.column_config.NumberColumn(format="%+.1f")})
     st.caption("error = (predicted - measured) / measured. " + " ".join(
         escape_md(n, 300) for n in dict.fromkeys([p.ttft_basis for p in cmp.points] + list(cmp.notes))))
-    fig = go.Figure()
+    fig = plot.Figure()
     cats = [f"B={p.workload['batch']}<br>{p.workload['input_len']}/{p.workload['output_len']}" for p in cmp.points]
     for i, (which, label) in enumerate((("measured", "measured"), ("predicted", "predicted (bound)"))):
-        fig.add_trace(go.Bar(x=cats, y=[next(getattr(m, which) for m in p.metrics if m.name == "tpot_s")
+        fig.add_trace(plot.Bar(x=cats, y=[next(getattr(m, which) for m in p.metrics if m.name == "tpot_s")
                                         for p in cmp.points], name=label,
                              marker={"color": charts.SEQUENCE[i]}))
     charts.style(fig, title="TPOT per point: measured against the model's bound", x_title="batch, input/output tokens",

@@ -1,7 +1,7 @@
 """The KV page's layer map: one cell per layer, coloured by what it caches (mla_core.layermap.layer_map)."""
 from __future__ import annotations
 
-from ui.charts import go  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
+from ui.charts import plot  # plotly.graph_objects spelt as plain dicts (ui/charts.py)
 import streamlit as st
 
 from mla_core.layermap import LayerMap
@@ -20,12 +20,12 @@ def kind_color(kind: str) -> str:
     return KIND_COLORS.get(kind, KIND_COLORS.get(kind.split("+")[-1], "#999999"))
 
 
-def figure(lm: LayerMap, present: bool = False) -> go.Figure:
+def figure(lm: LayerMap, present: bool = False) -> plot.Figure:
     """Cells in layer order, one trace per kind (its legend entry), hover with exact bytes."""
-    fig = go.Figure()
+    fig = plot.Figure()
     for kind, label in zip(lm.kinds, lm.kind_labels):
         cells = [c for c in lm.cells if c.kind == kind]
-        fig.add_trace(go.Bar(
+        fig.add_trace(plot.Bar(
             x=[c.index for c in cells], y=[1] * len(cells), name=label, width=0.92,
             marker={"color": kind_color(kind), "line": {"width": 0.5, "color": "#333"}},
             customdata=[[c.label, format_bytes(c.bytes), f"{c.bytes:,}", format_tokens(c.tokens_held),
