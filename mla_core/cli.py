@@ -342,20 +342,15 @@ TRAFFIC_FLAGS = ("rate", "burstiness", "max_concurrency", "num_prompts", "random
 def _plan_traffic(args, model, gpu, plan, link) -> dict | None:
     """`mla_core.traffic.plan_traffic` at the plan's best point (its split), or None with the
     reason when the plan has no point."""
-    if plan.best is None or not plan.best.fits:
-        return {"available": False, "reason": "the plan has no point that fits memory: nothing to serve traffic"}
-    from .serving import Deployment
-    from .traffic import TrafficConfig, plan_traffic, vllm_batch_defaults
+    from .traffic import TrafficConfig, best_point_deployment, plan_traffic, vllm_batch_defaults
 
-    best = plan.best
-    if best.pp > 1:
-        return {"available": False, "reason": "the traffic simulation runs one stage a replica: it does not model "
-                                              f"pipeline stages yet (best split {best.split})"}
-    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=plan.gpus_per_node, tp=best.tp,
-                     dp_attention=best.dp_attention, ep=best.ep, weights_dtype=args.weights_dtype,
-                     kv_dtype=args.kv_dtype, gpu_memory_utilization=args.gpu_memory_utilization,
-                     internode_gbps=args.internode_gbps, link_bandwidth_Bps=link, block_size=args.block_size,
-                     state_dtype=args.state_dtype, ssm_state_dtype=args.ssm_state_dtype)
+    dep, reason = best_point_deployment(
+        plan, gpu, weights_dtype=args.weights_dtype, kv_dtype=args.kv_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization, internode_gbps=args.internode_gbps,
+        link_bandwidth_Bps=link, block_size=args.block_size, state_dtype=args.state_dtype,
+        ssm_state_dtype=args.ssm_state_dtype)
+    if dep is None:
+        return {"available": False, "reason": reason}
     batched, seqs = vllm_batch_defaults(gpu)
     cfg = TrafficConfig(
         input_len=args.input_len, output_len=args.output_len,
@@ -370,7 +365,7 @@ def _plan_traffic(args, model, gpu, plan, link) -> dict | None:
     out = plan_traffic(model, dep, cfg, engine=None if args.bound_only else args.engine,
                        kernel_tables=args.kernel_tables, profile=args.profile).to_dict()
     out["available"] = True
-    out["split"] = best.split
+    out["split"] = plan.best.split
     return out
 
 

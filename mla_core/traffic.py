@@ -1281,14 +1281,28 @@ def max_rate_at_slo(step_times: StepTimes, kv: KVCache, config: TrafficConfig, *
 
 # --- a plan's traffic -------------------------------------------------------------------------------
 
-def plan_traffic(model, deployment, config: TrafficConfig, *, step_times: StepTimes | None = None,
-                 engine: str | None = "vllm", kernel_tables: str = "auto", profile=None,
-                 search_rate: bool = True) -> TrafficResult:
-    """`config` served by `deployment` (a serving.Deployment; its replicas set config.replicas)
-    with `step_times` (default: `EstimateStepTimes` for `engine`, `kernel_tables` and `profile`;
-    `BoundStepTimes` when `engine` is None or the estimate cannot be made, with a note), the cache
-    from `kv_cache_for`, and `max_rate_at_slo` when SLOs are given and `search_rate`. Raises
-    MLAError on bad input."""
+def best_point_deployment(plan, gpu, **fields):
+    """The Deployment of `plan`'s best point (its split on `gpu`, `fields` the other Deployment
+    fields the plan was searched with), or (None, reason) when traffic cannot be run there: no
+    point fits memory, or the split has pipeline stages (not modelled). Returns (deployment, "")."""
+    from .serving import Deployment
+
+    best = plan.best
+    if best is None or not best.fits:
+        return None, "the plan has no point that fits memory: nothing to serve traffic"
+    if best.pp > 1:
+        return None, ("the traffic simulation runs one stage a replica: it does not model pipeline stages yet "
+                      f"(best split {best.split})")
+    return Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=plan.gpus_per_node, tp=best.tp,
+                      dp_attention=best.dp_attention, ep=best.ep, **fields), ""
+
+
+def traffic_inputs(model, deployment, config: TrafficConfig, *, step_times: StepTimes | None = None,
+                   engine: str | None = "vllm", kernel_tables: str = "auto", profile=None):
+    """What a run of `config` on `deployment` simulates with: (config with the deployment's
+    replicas, checked; step times, default `estimate_or_bound` for `engine`, `kernel_tables`,
+    `profile`; the cache from `kv_cache_for`; the note saying the bound stood in, or ""). The model
+    served is `model` with its MTP draft when the workload speculates. Raises MLAError."""
     from .serving import with_mtp_draft
 
     cfg = replace(config, replicas=deployment.replicas)
@@ -1300,12 +1314,22 @@ def plan_traffic(model, deployment, config: TrafficConfig, *, step_times: StepTi
     else:
         st, note = estimate_or_bound(model, deployment, wl, engine=engine, kernel_tables=kernel_tables,
                                      profile=profile)
-    kv = kv_cache_for(model, deployment)
+    return cfg, st, kv_cache_for(model, deployment), note
+
+
+def plan_traffic(model, deployment, config: TrafficConfig, *, step_times: StepTimes | None = None,
+                 engine: str | None = "vllm", kernel_tables: str = "auto", profile=None,
+                 search_rate: bool = True, rate_iterations: int = 12) -> TrafficResult:
+    """`config` served by `deployment` (a serving.Deployment; its replicas set config.replicas)
+    with the step times and cache of `traffic_inputs`, and `max_rate_at_slo` (`rate_iterations`
+    bisection steps) when SLOs are given and `search_rate`. Raises MLAError on bad input."""
+    cfg, st, kv, note = traffic_inputs(model, deployment, config, step_times=step_times, engine=engine,
+                                       kernel_tables=kernel_tables, profile=profile)
     result = simulate(st, kv, cfg)
     if note:
         result = replace(result, notes=result.notes + (note,))
     if search_rate and cfg.slos:
-        found = max_rate_at_slo(st, kv, cfg)
+        found = max_rate_at_slo(st, kv, cfg, iterations=rate_iterations)
         notes = result.notes + ((f"max_rate_at_slo: {found['note']}",) if found["note"] else ())
         result = replace(result, max_rate_at_slo=found["rate"], notes=notes)
     return result

@@ -1391,22 +1391,16 @@ def traffic_view(model: ModelSpec, gpu, plan, *, mode: str = "rate", rate: float
     import math
     from dataclasses import replace
 
-    from .serving import Deployment, with_mtp_draft
-    from .traffic import (TrafficConfig, estimate_or_bound, kv_cache_for, max_rate_at_slo, simulate,
+    from .traffic import (TrafficConfig, best_point_deployment, plan_traffic, simulate, traffic_inputs,
                           vllm_batch_defaults)
     from .validate import check_choice, check_int
 
     check_choice("traffic mode", mode, TRAFFIC_MODES)
     check_int("num_prompts", num_prompts, maximum=TRAFFIC_MAX_PROMPTS)
-    best = plan.best
-    if best is None or not best.fits:
-        return TrafficView(False, "the plan has no point that fits memory: nothing to serve traffic")
-    if best.pp > 1:
-        return TrafficView(False, "the traffic simulation runs one stage a replica: it does not model pipeline "
-                                  f"stages yet (best split {best.split})", best.split)
-    dep = Deployment(gpu=gpu, num_gpus=plan.num_gpus, gpus_per_node=plan.gpus_per_node, tp=best.tp,
-                     dp_attention=best.dp_attention, ep=best.ep, **deployment)
-    wl = plan.workload
+    dep, reason = best_point_deployment(plan, gpu, **deployment)
+    if dep is None:
+        return TrafficView(False, reason, plan.best.split if plan.best is not None and plan.best.fits else "")
+    best, wl = plan.best, plan.workload
     batched, seqs = vllm_batch_defaults(gpu)
     if mode == "concurrency":
         check_int("max_concurrency", max_concurrency, maximum=1 << 20)
@@ -1416,27 +1410,23 @@ def traffic_view(model: ModelSpec, gpu, plan, *, mode: str = "rate", rate: float
                         max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs * (wl.spec_tokens + 1)),
                         prefix_hit=wl.prefix_hit, spec_tokens=wl.spec_tokens, acceptance=wl.acceptance,
                         replicas=dep.replicas, seed=seed, ttft_ms=plan.ttft_ms, tpot_ms=plan.tpot_ms)
-    served, _ = with_mtp_draft(model, cfg.workload())
-    st, note = estimate_or_bound(served, dep, cfg.workload(), engine=engine, kernel_tables=kernel_tables,
-                                 profile=profile)
-    kv = kv_cache_for(served, dep)
-    result = simulate(st, kv, cfg)
+    # One set of step times for the chosen run and the sweep (traffic_inputs); the bound's note kept.
+    cfg, st, kv, note = traffic_inputs(model, dep, cfg, engine=engine, kernel_tables=kernel_tables, profile=profile)
+    result = plan_traffic(model, dep, cfg, step_times=st, rate_iterations=MAX_RATE_ITERATIONS)
     if note:
         result = replace(result, notes=result.notes + (note,))
     closed = replace(cfg, rate=math.inf, max_concurrency=cfg.max_num_seqs * cfg.replicas)
     capacity = simulate(st, kv, closed).request_throughput
     rates = tuple(capacity * f for f in SWEEP_FACTORS)
     runs = [simulate(st, kv, replace(cfg, rate=r, burstiness=1.0, max_concurrency=None)) for r in rates]
-    found = {"rate": None, "note": "no SLO given"}
-    if cfg.slos:
-        found = max_rate_at_slo(st, kv, cfg, iterations=MAX_RATE_ITERATIONS)
-        result = replace(result, max_rate_at_slo=found["rate"])
+    rate_note = "no SLO given" if not cfg.slos else next(
+        (n.split(": ", 1)[1] for n in result.notes if n.startswith("max_rate_at_slo: ")), "")
     sat = tuple(r.saturated for r in runs)
     return TrafficView(
         True, "", best.split, mode, result, rates,
         tuple(r.ttft_s.p50 for r in runs), tuple(r.ttft_s.p99 for r in runs),
         tuple(r.tpot_s.p50 for r in runs), tuple(r.tpot_s.p99 for r in runs), sat,
-        next((r for r, s in zip(rates, sat) if s), None), capacity, found["rate"], found.get("note", ""),
+        next((r for r, s in zip(rates, sat) if s), None), capacity, result.max_rate_at_slo, rate_note,
         result.goodput_rps, plan.ttft_ms / 1e3 if plan.ttft_ms else None, plan.tpot_ms / 1e3 if plan.tpot_ms else None,
         result.step_times, tuple(result.notes))
 
