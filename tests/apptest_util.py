@@ -1,6 +1,7 @@
 """Helpers for AppTest-based tests of the Streamlit app."""
 import os
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,3 +54,23 @@ def own_model(at: AppTest) -> AppTest:
     """Open the KV page's upload / paste / by-hand controls (a toggle)."""
     at.toggle(key="_own_model").set_value(True).run()
     return at
+
+
+@pytest.fixture
+def isolated_store(tmp_path, monkeypatch):
+    """A history of this test's own (MLA_EXPLORER_HISTORY in tmp_path), its path yielded; after the
+    test, every benchmark or profile run it left in the page's registry is cancelled and taken,
+    so a failed test does not leave a run behind. A module imports it and asks for it in its own
+    autouse fixture."""
+    from mla_core.store import history
+    from ui import bench_runs
+
+    path = tmp_path / "history.sqlite3"
+    monkeypatch.setenv(history.ENV_VAR, str(path))
+    history.pop_notices()
+    yield str(path)
+    reg = bench_runs.registry()
+    for owner in list(reg._jobs):
+        reg.cancel(owner)
+        reg.join(owner, 10)
+        reg.take(owner)

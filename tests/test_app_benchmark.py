@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from apptest_util import ROOT, no_exceptions, run_page
+from apptest_util import isolated_store, ROOT, no_exceptions, run_page
 from mla_core.store import history, report
 from mla_core.bench.config import MEMORY_HEADROOM, memory_check
 from mla_core.store.errors import BenchBusy, BenchCancelled
@@ -40,15 +40,8 @@ TINY = {"_bench_batch": 1, "_bench_context": 64, "_bench_heads": 2, "_bench_stre
 
 
 @pytest.fixture(autouse=True)
-def store(tmp_path, monkeypatch):
-    path = tmp_path / "history.sqlite3"
-    monkeypatch.setenv(history.ENV_VAR, str(path))
-    history.pop_notices()
-    yield str(path)
-    for owner in list(bench_runs.registry()._jobs):  # a failed test must not leave a run behind
-        bench_runs.registry().cancel(owner)
-        bench_runs.registry().join(owner, 10)
-        bench_runs.registry().take(owner)
+def store(isolated_store):
+    return isolated_store
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from apptest_util import no_exceptions, run_page, shown
+from apptest_util import isolated_store, no_exceptions, run_page, shown
 from mla_core.store import history, list_profiles, save_profile
 from mla_core.views import APP_PROFILE_FAMILIES, roofline_profiles
 from ui import bench_runs
@@ -22,16 +22,8 @@ BENCH, ROOF = "pages/benchmark.py", "pages/roofline.py"
 
 
 @pytest.fixture(autouse=True)
-def store(tmp_path, monkeypatch):
-    path = tmp_path / "history.sqlite3"
-    monkeypatch.setenv(history.ENV_VAR, str(path))
-    history.pop_notices()
-    yield str(path)
-    reg = bench_runs.registry()
-    for owner in list(reg._jobs):  # a failed test must not leave a run behind
-        reg.cancel(owner)
-        reg.join(owner, 10)
-        reg.take(owner)
+def store(isolated_store):
+    return isolated_store
 
 
 def _frame_with(at, column: str):
