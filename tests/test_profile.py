@@ -121,11 +121,11 @@ def test_profile_rows_are_the_models_own_shapes(kimi_profile):
 
 
 def test_schema_kinds_are_the_cores_tuples():
-    schema = PP.profile_schema()["properties"]["ops"]["properties"]
-    assert schema["recurrent"]["items"]["properties"]["kind"]["enum"] == list(RECURRENT_KINDS)
-    assert schema["attention_decode"]["items"]["properties"]["kind"]["enum"] == list(PP.DECODE_KINDS)
-    assert schema["attention_prefill"]["items"]["properties"]["kind"]["enum"] == list(PP.PREFILL_KINDS)
-    assert schema["collective"]["items"]["properties"]["op"]["enum"] == list(PP.COLLECTIVE_OPS)
+    defs = PP.profile_schema()["$defs"]  # the store's schema, the one a profile has
+    assert defs["recurrent"]["properties"]["kind"]["enum"] == list(RECURRENT_KINDS)
+    assert defs["attention_decode"]["properties"]["kind"]["enum"] == list(PP.DECODE_KINDS)
+    assert defs["attention_prefill"]["properties"]["kind"]["enum"] == list(PP.PREFILL_KINDS)
+    assert defs["collective"]["properties"]["op"]["enum"] == list(PP.COLLECTIVE_OPS)
 
 
 @pytest.mark.parametrize("mutate, expect", [
@@ -133,7 +133,7 @@ def test_schema_kinds_are_the_cores_tuples():
     (lambda t: t["ops"]["gemm"][0].__setitem__("latency_s", 0.0), "latency_s"),
     (lambda t: t["ops"]["gemm"][0].__setitem__("flops", 1), "flops"),
     (lambda t: t["ops"]["attention_decode"][0].__setitem__("kind", "flash"), "kind"),
-    (lambda t: t["ops"].pop("moe"), "moe"),
+    (lambda t: t.__setitem__("ops", {}), "ops"),  # a profile holds at least one op class
     (lambda t: t.__setitem__("tp", 0), "tp"),
 ])
 def test_validate_profile_refuses_bad_tables(kimi_profile, mutate, expect):
@@ -552,8 +552,12 @@ def test_composed_estimate_is_within_the_issues_goal_on_this_cpu():
     comp, trace = check["composer"], check["trace"]
     # The composition itself, without timing noise: the serving estimate's ops and sum over the
     # profile give what the profile gives summed over the ops the torch model ran (same table).
+    # Decode: the same ops, so within 2 % (the W_UK / W_UV / router GEMMs at bf16 in an fp32 table
+    # once put the composer 6.5 % above the trace); prefill within 10 % (the composer counts the
+    # elementwise ops by their bytes, not the torch model's own passes).
     for c, t in zip(comp["rows"], trace["rows"]):
-        assert c["estimate_s"] == pytest.approx(t["estimate_s"], rel=0.10), (c, t)
+        rel = 0.02 if c["phase"] == "decode" else 0.10
+        assert c["estimate_s"] == pytest.approx(t["estimate_s"], rel=rel), (c, t)
     # Against the clock (the issue's figures: median |error| <= 10 %, every point within 25 %; the
     # median is reported in benchmarks/reduced_model.md, since another process's load moves it by a
     # few percent on this 2-core machine): every point within 25 %.

@@ -110,7 +110,7 @@ def make_profile() -> dict:
             "attention_decode": [{"kind": "mla_absorbed", "batch": b, "context": 4096, "num_heads": 16,
                                   "num_kv_heads": 1, "k_dim": 576, "v_dim": 512, "kv_dtype": "fp8",
                                   "latency_s": 2.1e-5 * b} for b in (1, 32)],
-            "attention_prefill": [{"kind": "mla_as_mha", "tokens": 2048, "prefix": 0, "num_heads": 16,
+            "attention_prefill": [{"kind": "mla_mha", "tokens": 2048, "prefix": 0, "num_heads": 16,
                                    "num_kv_heads": 16, "k_dim": 192, "v_dim": 128, "window": None, "dtype": "bf16",
                                    "latency_s": 1.9e-4}],
             "moe": [{"tokens": 64, "hidden": 7168, "inter": 2048, "topk": 8, "num_experts": 256, "experts_local": 32,

@@ -5,7 +5,7 @@ shapes a step of *this* model asks for, so that the step composer (mla_core.serv
 ops up instead of bounding them. This module says which shapes those are and what each costs to
 measure; `mla_core.bench.profile` measures them with torch.
 
-Families and their rows (the table's JSON shape, `profile.schema.json` beside this file):
+Families and their rows (the table's JSON shape: mla_core/store/profile.schema.json, the one schema a profile has):
     gemm               {m, n, k, dtype, latency_s}: y[m, n] = x[m, k] @ W[n, k]^T, for every GEMM
                        of the model per GPU after TP (`model_gemms`), m = 1..8,192 tokens
     attention_decode   {kind, batch, context, num_heads, num_kv_heads, k_dim, v_dim, kv_dtype,
@@ -494,47 +494,20 @@ def _cut_text(family: str, points: list[Point], plan: ProfilePlan, flop_cap, sca
 # The table's schema.
 
 def profile_schema() -> dict:
-    """The JSON Schema of a profile table (profile.schema.json beside this file), a fresh copy."""
-    import json
-    import os
+    """The JSON Schema of a stored profile (mla_core/store/profile.schema.json), a fresh copy."""
+    from ..store.schema import result_schema
 
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "profile.schema.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
-_validator = None
+    return result_schema("profile")
 
 
 def validate_profile(table) -> dict:
-    """Check a profile table (a dict) against `profile.schema.json` (JSON Schema 2020-12, the
-    `jsonschema` library) and that every latency is finite and positive; return it. Raises
-    InvalidResult (one line naming the first problem and where)."""
-    global _validator
-    import json
+    """Check a profile table (a dict) against the store's `profile.schema.json` (JSON Schema
+    2020-12, the `jsonschema` library), as it would be saved (`store.profiles.validate_table`),
+    and that every latency is finite and positive; return it. Raises InvalidResult (one line
+    naming the first problem and where)."""
+    from ..store.profiles import validate_table
 
-    from .errors import InvalidResult
-
-    if not isinstance(table, dict):
-        raise InvalidResult(f"a profile must be a JSON object, got {type(table).__name__}")
-    try:
-        json.dumps(table, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidResult(f"profile is not JSON-able: {str(e)[:120]}") from None
-    if _validator is None:
-        from jsonschema import Draft202012Validator
-
-        schema = profile_schema()
-        Draft202012Validator.check_schema(schema)
-        _validator = Draft202012Validator(schema)
-    from jsonschema.exceptions import best_match
-
-    err = best_match(_validator.iter_errors(table))
-    if err is not None:
-        while err.context:
-            err = best_match(err.context)
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
-        raise InvalidResult(f"profile JSON, {path or 'top level'}: {' '.join(err.message.split())[:200]}")
-    return table
+    return validate_table(table)
 
 
 def recurrent_kinds() -> tuple[str, ...]:

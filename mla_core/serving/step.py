@@ -206,6 +206,9 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
     wdtype = _wdtype(model, dep)
     expert_dtype, other = expert_and_other_dtypes(model, wdtype)
     block_fp8 = model.quant_method == "fp8" and wdtype == "fp8"
+    # What engines keep unquantized (the absorbed W_UK / W_UV, the router, the LM head): the
+    # weights' own float dtype (fp32 in a CPU profile), bf16 under a quantized checkpoint.
+    full = other if other in ("bf16", "fp16", "fp32") else "bf16"
     kv_dtype = resolve_kv_dtype(model, dep.kv_dtype)
     ops: list = []
     weights_read = 0.0
@@ -245,12 +248,12 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
                     elem("kv_a norm", lab, calls, 2 * t_attn * d_c * ACT)
                 elem("RoPE", lab, calls, 2 * t_attn * (n_h + 1) * rope * ACT)
                 if dec_gpu:
-                    gemm("W_UK (absorbed)", lab, calls, dec_gpu, n_h * d_c, nope, "bf16")
+                    gemm("W_UK (absorbed)", lab, calls, dec_gpu, n_h * d_c, nope, full)
                     ops.append(AttentionDecode(
                         "attention", calls, lab, kind="mla_absorbed", batch=b_gpu, context=max(held, 1),
                         num_heads=n_h * k1, num_kv_heads=1, k_dim=d_c + rope, v_dim=d_c, kv_dtype=kv_dtype,
                         token_bytes=kv_tok, flops_per_token=att.decode_flops))
-                    gemm("W_UV (absorbed)", lab, calls, dec_gpu, n_h * d_v, d_c, "bf16")
+                    gemm("W_UV (absorbed)", lab, calls, dec_gpu, n_h * d_v, d_c, full)
                 if prefill_tokens:
                     gemm("kv_b", lab, calls, (prefill_tokens + prefix) * prefill_seqs, n_h * (nope + d_v), d_c)
                     ops.append(AttentionPrefill(
@@ -303,7 +306,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
             moe = model.moe
             e, k = moe.n_routed_experts, moe.num_experts_per_tok
             t_route = t_attn if dp else t_mlp
-            gemm("router", lab, n, t_route, e + moe.zero_experts, h, "bf16", stream="routed")
+            gemm("router", lab, n, t_route, e + moe.zero_experts, h, full, stream="routed")
             elem("top-k", lab, n, t_route * (e + moe.zero_experts) * 4, stream="routed")
             ep = dep.ep if dep.ep > 1 else 1
             moe_tp = tp // ep  # moe_tp x ep = tp (TensorRT-LLM's moe_tp_size x moe_ep_size)
@@ -330,7 +333,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, wl: Workload, *, decode_seqs:
     vocab = model.vocab_size or 0
     if vocab and sampled and model.holds_lm_head:
         v_gpu = vocab if dp else -(-vocab // tp)
-        gemm("lm_head", lab, 1, sampled, v_gpu, h, "bf16")
+        gemm("lm_head", lab, 1, sampled, v_gpu, h, full)
         nodes = -(-tp // min(tp, dep.gpus_per_node))
         if tp > 1 and not dp:
             ops.append(Collective("logits all-gather", 1, lab, op="all_gather", bytes=float(sampled * vocab * ACT),

@@ -2,13 +2,11 @@
 
 A profile (`mla_core.store.profiles`, `bench --profile`) keeps, per decode shape, the measured
 latency of one attention decode call. On the roofline a row is counted as the Roofline page
-counts its predicted points (`mla_core.roofline`, docs/model.md "Decode step roofline"):
-
-    flops  = 2 * batch * num_heads * context * (k_dim + v_dim)   QK^T on k_dim, PV on v_dim
-    bytes  = the cache the call reads: batch * context * num_kv_heads * token bytes, where a
-             token's bytes are row_bytes(k_dim) for MLA's latent (one row is both K and V:
-             d_c + d_r, with V its first d_c) and row_bytes(k_dim) + row_bytes(v_dim) otherwise,
-             at the row's kv_dtype (`units.row_bytes`)
+counts its predicted points: the row's shape becomes the per-layer cache class it ran
+(`mla_core.layers.MLAttention` for the absorbed MLA decode, `FullAttention` otherwise), and its
+bytes and flops are that class's `kv_bytes` and `decode_flops` over the row's context, times its
+batch (docs/model.md "Decode step roofline"; `mla_core.roofline.decode_attention` sums the same
+methods over a model's layers),
 
 so that x = flops / bytes (flop/B) and y = flops / latency_s (the achieved FLOP/s), and the
 achieved bandwidth bytes / latency_s. The absorbed MLA decode's two small projections (W_UK on
@@ -25,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 from ..errors import MLAError
-from ..units import row_bytes
 
 # Profile attention kinds -> the variant label the roofline charts colour by.
 _KIND_LABELS = {"mla_absorbed": "MLA absorbed"}
@@ -42,20 +39,39 @@ def variant_label(row: dict) -> str:
     return base + (" (sliding)" if kind == "sliding" else "")
 
 
-def decode_work(row: dict) -> tuple[int, float]:
-    """(bytes, flops) of one attention decode call of a profile row (module docstring).
-    Raises MLAError for a row without the shape fields or with an unknown kv_dtype."""
+def decode_cache(row: dict):
+    """The per-layer cache class (`mla_core.layers`) of a profile row's decode call: the MLA
+    latent (`MLAttention`, d_c = v_dim, d_r = k_dim - v_dim) for "mla_absorbed", otherwise K and V
+    heads (`FullAttention`), over the row's context as it ran (a sliding row's context is its
+    window). Raises MLAError for a row without the shape fields."""
+    from ..layers import FullAttention, MLAttention
+
     try:
-        b, t, h, kv = int(row["batch"]), int(row["context"]), int(row["num_heads"]), int(row["num_kv_heads"])
-        k_dim, v_dim, dtype = int(row["k_dim"]), int(row["v_dim"]), str(row["kv_dtype"])
-        kind = str(row["kind"])
+        h, kv = int(row["num_heads"]), int(row["num_kv_heads"])
+        k_dim, v_dim, kind = int(row["k_dim"]), int(row["v_dim"]), str(row["kind"])
     except (KeyError, TypeError, ValueError):
         raise MLAError(f"an attention_decode row without its shape: {str(row)[:80]}") from None
     if kind == "mla_absorbed":
-        token = row_bytes(k_dim, dtype)
-    else:
-        token = row_bytes(k_dim, dtype) + row_bytes(v_dim, dtype)
-    return b * t * kv * token, 2.0 * b * h * t * (k_dim + v_dim)
+        return MLAttention(num_heads=h, kv_lora_rank=v_dim, qk_rope_head_dim=k_dim - v_dim, qk_nope_head_dim=0,
+                           v_head_dim=0)
+    return FullAttention(num_heads=h, num_kv_heads=kv, k_dim=k_dim, v_dim=v_dim)
+
+
+def decode_work(row: dict) -> tuple[int, float]:
+    """(bytes, flops) of one attention decode call of a profile row: `batch` times what the
+    row's cache class (`decode_cache`) reads (`kv_bytes` at the row's kv_dtype) and computes
+    (`decode_flops`, the absorbed path for MLA) over `context` tokens: the roofline's own rule
+    (docs/model.md "Decode step roofline"). Raises MLAError for a row without the shape fields
+    or with an unknown kv_dtype."""
+    from ..layers import Precision
+
+    cache = decode_cache(row)
+    try:
+        b, t, dtype = int(row["batch"]), int(row["context"]), str(row["kv_dtype"])
+    except (KeyError, TypeError, ValueError):
+        raise MLAError(f"an attention_decode row without its shape: {str(row)[:80]}") from None
+    nbytes = cache.kv_bytes(t, Precision(kv=dtype))  # MLAError for an unknown kv_dtype (units.row_bytes)
+    return b * int(nbytes), float(b * cache.decode_flops(t))
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,32 @@ def save_profile(table: dict, *, label: str | None = None, meta: dict, path: str
         raise InvalidResult(f"a kernel profile is a dict, got {type(table).__name__}")
     if not isinstance(meta, dict):
         raise InvalidResult(f"a kernel profile's meta is a dict, got {type(meta).__name__}")
+    data = validate_result(profile_document(table, meta), kind=KIND)
+    return history.save_run(data, source="local", label=label, path=path)
+
+
+def profile_document(table: dict, meta: dict) -> dict:
+    """The stored form of a profile table (`bench --profile`'s, mla_core.bench.profile_plan):
+    the table with schema_version, tool, kind, created (the table's, else meta's, else now) and
+    `meta` beside it. Raises InvalidResult for a table of another kind."""
     if table.get("kind", KIND) != KIND:
         raise InvalidResult(f"a kernel profile has kind 'profile', got {str(table.get('kind'))[:40]!r}")
     doc = {"schema_version": 1, "tool": TOOL, **table, "kind": KIND, "meta": dict(meta)}
     created = meta.get("created")
     doc["created"] = table.get("created") or (created if isinstance(created, str) else None) or _now()
     doc["meta"].pop("created", None)
-    data = validate_result(doc, kind=KIND)
-    return history.save_run(data, source="local", label=label, path=path)
+    return doc
+
+
+def validate_table(table) -> dict:
+    """Check a profile table (a dict, before it is saved) against profile.schema.json as
+    `save_profile` would store it; return the table. The one schema a profile has: the
+    benchmark's writer (mla_core.bench.profile) checks its output here. Raises InvalidResult
+    (one line naming the first problem and where)."""
+    if not isinstance(table, dict):
+        raise InvalidResult(f"a profile must be a JSON object, got {type(table).__name__}")
+    validate_result(profile_document(table, {}), kind=KIND)
+    return table
 
 
 def load_profile(run_id: int, *, path: str | None = None) -> dict:
