@@ -200,7 +200,9 @@ def variants(model, kv_dtype):
                                "_kv_comparison_open", expanded=changed and not present)
     if box.open:
         comparison_settings(box, k)
-    st.subheader(f"The same width, {len(k.rows)} ways")
+    # The columns keep their names as context and batch move (the heading says them): a renamed
+    # column makes the browser's table rebuild itself, about 0.2 s after the numbers (benchmarks/browser.py).
+    st.subheader(f"The same width, {len(k.rows)} ways, at {format_tokens(T)}, batch {B:,}")
     sentence = (f"**MLA = GQA with {k.mla_as_gqa_groups:.3g} groups**: the latent is {k.mla_vs_mha:.1f}x smaller "
                 "than MHA")
     if k.expanded_vs_latent is not None:
@@ -216,13 +218,13 @@ def variants(model, kv_dtype):
         "KV heads": str(r["kv_heads"]) if r["kv_heads"] is not None else "latent",
         "KV dtype": r["kv_dtype"],
         "per token": format_bytes(r["kv_bytes_per_token"]),
-        f"batch x {format_tokens(T)}": format_bytes(r["kv_cache_bytes"]),
+        "whole batch": format_bytes(r["kv_cache_bytes"]),
         "MHA / this": round(r["vs_mha"], 2),
         "as GQA groups": round(r["gqa_groups_equivalent"], 3),
     } for r in k.rows]
     table = frame(rows)
     if present:  # a slide keeps the columns that carry the comparison
-        table = table.select(["variant", "per token", f"batch x {format_tokens(T)}", "MHA / this"])
+        table = table.select(["variant", "per token", "whole batch", "MHA / this"])
     st.dataframe(table, hide_index=True)
     csv = csv_text([{
         "variant": r["variant"], "is_model": r["is_model"], "kv_heads": r["kv_heads"], "kv_dtype": r["kv_dtype"],

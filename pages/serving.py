@@ -253,12 +253,13 @@ def frontier(model, plan):
         fig.add_trace(plot.Scatter(x=[x for x, _ in fr.bound_pareto], y=[y for _, y in fr.bound_pareto], mode="lines",
                                  name="bound's Pareto front" if not present else "bound", opacity=0.5,
                                  line={"color": "#777777", "width": 2, "dash": "dash"}, hoverinfo="skip"))
-    colors = {s.split: charts.SEQUENCE[i % len(charts.SEQUENCE)] for i, s in enumerate(plan.splits)}
+    styles = {s.split: charts.series_style(i) for i, s in enumerate(plan.splits)}
     for line in fr.lines:
         name = html.escape(line.label + (f" ({line.same_as})" if line.same_as else ""))
         fig.add_trace(plot.Scatter(
             x=line.x, y=line.y, mode="lines+markers", name=name,
-            line={"color": colors[line.label], "width": 2, "dash": "dot" if line.same_as else "solid"},
+            line={"color": styles[line.label][0], "width": 2, "dash": "dot" if line.same_as else "solid"},
+            marker={"symbol": styles[line.label][1], "size": 7},
             customdata=[[p.batch, format_seconds(p.estimate.ttft_s if p.estimate else p.ttft_s),
                          format_seconds(p.estimate.tpot_s if p.estimate else p.tpot_s), format_seconds(p.tpot_s),
                          p.bound, "yes" if p.meets_slo is not False else "no"] for p in line.points],

@@ -58,6 +58,10 @@ def test_page_shows_the_cores_best_point_and_commands():
     assert faint["y"] == [p.tokens_per_s_per_gpu for p in plan.bound_pareto] and faint["opacity"] < 1
     star = next(t for t in fig["data"] if t.get("name", "").startswith("best: "))
     assert star["x"] == [e.tokens_per_s_per_user] and star["y"] == [e.tokens_per_s_per_gpu]
+    # one line per split (12 here, more than the 8 colours): no two look alike (colour, marker symbol)
+    splits = [t for t in fig["data"] if t.get("mode") == "lines+markers"]
+    assert len(splits) == len(serving_frontier(plan).lines) > 8
+    assert len({(t["line"]["color"], t["marker"]["symbol"]) for t in splits}) == len(splits)
     # the breakdown: one bar per phase, each op class's share of the core's breakdown
     bars = next(f for f in charts_ if f["data"][0]["type"] == "bar")
     b = serving_breakdown(plan)

@@ -69,6 +69,11 @@ def test_labels_and_skipped_rows():
     assert variant_label(dict(GQA_ROW, num_kv_heads=32)) == "MHA"
     assert variant_label(dict(GQA_ROW, num_kv_heads=1)) == "MQA"
     assert variant_label(dict(GQA_ROW, kind="sliding")) == "GQA (sliding)"
+    # Llama-3.1-8B (32 query heads, 8 KV heads) at TP8 runs 4 heads over 1 KV head a GPU: still GQA,
+    # the model's kind, not MQA; a table naming no preset falls back to the row's shape.
+    per_gpu = dict(GQA_ROW, num_heads=4, num_kv_heads=1)
+    assert profile_roofline(table([per_gpu], model="llama-3.1-8b", tp=8)).points[0].label == "GQA"
+    assert profile_roofline(table([per_gpu], model="my-upload", tp=8)).points[0].label == "MQA"
     pr = profile_roofline(table([MLA_ROW, {"kind": "gqa", "batch": 1}, dict(GQA_ROW, latency_s=0.0),
                                  dict(GQA_ROW, kv_dtype="nonsense")]))
     assert len(pr.points) == 1 and len(pr.skipped) == 3

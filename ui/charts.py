@@ -25,6 +25,15 @@ COLORS = {
     "measured": "#000000",
 }
 SEQUENCE = ["#D55E00", "#0072B2", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442", "#999999"]
+# Past the eight colours a series takes the next marker symbol: (colour, symbol) pairs stay distinct
+# for 48 series (a 64-GPU search draws a line per split).
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star-triangle-up"]
+
+
+def series_style(i: int) -> tuple[str, str]:
+    """(colour, marker symbol) of the i-th series of a chart whose series have no colour of their
+    own (the Serving plan's splits): SEQUENCE's colours, then again with the next symbol."""
+    return SEQUENCE[i % len(SEQUENCE)], SYMBOLS[(i // len(SEQUENCE)) % len(SYMBOLS)]
 
 
 def color_for(label: str) -> str:

@@ -28,15 +28,32 @@ from ..errors import MLAError
 _KIND_LABELS = {"mla_absorbed": "MLA absorbed"}
 
 
-def variant_label(row: dict) -> str:
-    """The chart label of a decode row: 'MLA absorbed' for MLA; for SDPA rows MHA (as many KV
+def variant_label(row: dict, model_kind: str | None = None) -> str:
+    """The chart label of a decode row: 'MLA absorbed' for MLA; for SDPA rows the model's own
+    attention kind when known (`model_kind` 'mha', 'gqa' or 'mqa', `ModelSpec.kind`: a GQA model
+    split over TP runs one KV head a GPU, which is not MQA), else the row's shape: MHA (as many KV
     heads as query heads), MQA (one KV head) or GQA; ' (sliding)' after a sliding layer's."""
     kind = row["kind"]
     if kind in _KIND_LABELS:
         return _KIND_LABELS[kind]
-    heads, kv = row["num_heads"], row["num_kv_heads"]
-    base = "MHA" if kv == heads else ("MQA" if kv == 1 else "GQA")
+    if model_kind in ("mha", "gqa", "mqa"):
+        base = model_kind.upper()
+    else:
+        heads, kv = row["num_heads"], row["num_kv_heads"]
+        base = "MHA" if kv == heads else ("MQA" if kv == 1 else "GQA")
     return base + (" (sliding)" if kind == "sliding" else "")
+
+
+def _model_kind(name) -> str | None:
+    """`ModelSpec.kind` of the preset a profile names, or None (not a preset: an uploaded config)."""
+    from ..presets import load_model
+
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        return load_model(name).kind
+    except MLAError:
+        return None
 
 
 def decode_cache(row: dict):
@@ -125,6 +142,7 @@ def profile_roofline(table: dict, run_id: int | None = None) -> ProfileRoofline:
         raise MLAError("a kernel profile is a dict with an 'ops' table")
     device = table.get("device") if isinstance(table.get("device"), dict) else {}
     points, skipped = [], []
+    model_kind = _model_kind(table.get("model"))
     rows = table["ops"].get("attention_decode") or []
     for row in rows if isinstance(rows, list) else []:
         try:
@@ -138,7 +156,7 @@ def profile_roofline(table: dict, run_id: int | None = None) -> ProfileRoofline:
                            "bytes or flops")
             continue
         points.append(ProfilePoint(
-            kind=row["kind"], label=variant_label(row), batch=int(row["batch"]), context=int(row["context"]),
+            kind=row["kind"], label=variant_label(row, model_kind), batch=int(row["batch"]), context=int(row["context"]),
             num_heads=int(row["num_heads"]), num_kv_heads=int(row["num_kv_heads"]), k_dim=int(row["k_dim"]),
             v_dim=int(row["v_dim"]), kv_dtype=str(row["kv_dtype"]), latency_s=t, bytes=nbytes, flops=flops,
             intensity_flop_per_byte=flops / nbytes, achieved_flops=flops / t, achieved_Bps=nbytes / t))
