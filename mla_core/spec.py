@@ -373,7 +373,30 @@ def as_variant(
         d_c and d_r unless they are given.
     For an MLA model, d_h is `qk_nope_head_dim` (the paper's per-head width).
     Raises MLAError for an unknown kind or a GQA group count that does not divide n_h.
+    The variant is kept on `model` (the last VARIANT_MEMO of them), so a rerun that asks again gets
+    the same instance, with its own derived figures (`model_memo`) already computed.
     """
+    memo = model_memo(model, "as_variant", dict)
+    key = (kind, num_key_value_heads, kv_lora_rank, qk_rope_head_dim)
+    try:
+        return memo[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable argument, refused below
+        pass
+    variant = _as_variant(model, kind, num_key_value_heads=num_key_value_heads, kv_lora_rank=kv_lora_rank,
+                          qk_rope_head_dim=qk_rope_head_dim)
+    if len(memo) >= VARIANT_MEMO:  # what-if sliders ask for many d_c / d_r: the oldest goes first
+        try:
+            del memo[next(iter(memo))]
+        except (KeyError, RuntimeError, StopIteration):  # another session's rerun got there first
+            pass
+    memo[key] = variant
+    return variant
+
+
+VARIANT_MEMO = 32
+
+
+def _as_variant(model: ModelSpec, kind: str, *, num_key_value_heads, kv_lora_rank, qk_rope_head_dim) -> ModelSpec:
     a = model.attention
     n_h, d_h = a.num_attention_heads, a.head_dim
     if kind == "mha":

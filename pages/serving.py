@@ -312,7 +312,9 @@ def splits(plan):
               "tokens/s/user": 96, "tokens/s/GPU": 96, "TPOT bound": 84, "$ per M output": 90, "what binds": 86}
     narrow = {k: st.column_config.Column(width=w) for k, w in widths.items()}
     st.dataframe(frame(serving_split_rows(plan)), hide_index=True, column_config=narrow)
-    st.download_button("Download every point (CSV)", csv_text([p.to_dict() for p in plan.points]),
+    # Built when clicked (Streamlit's deferred download), not on every rerun: every point of the search as
+    # CSV is a third of the page's server time (benchmarks/served.py).
+    st.download_button("Download every point (CSV)", lambda: csv_text([p.to_dict() for p in plan.points]),
                        file_name="serving_plan_points.csv", mime="text/csv")
     st.caption(f"tp: GPUs a stage; pp: pipeline stages; moe_tp x ep = tp: the routed experts' split (slices of "
                f"each expert x expert parallelism). TTFT, TPOT and tokens/s are the estimate's, the bound's beside "

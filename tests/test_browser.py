@@ -266,3 +266,29 @@ def test_the_copy_link_button_copies_this_views_link(server, browser):
     assert copied == page.url and "/concurrency?" in copied and "model=kimi-k2-instruct" in copied
     assert "context=65536" in copied
     ctx.close()
+
+
+def test_the_serving_plans_csv_is_built_on_click_and_holds_every_point(server, browser):
+    """The Serving plan's 'every point' CSV is a deferred download (built when clicked, not on each
+    rerun): the file the browser receives is the core's plan, one row per point."""
+    import csv
+    import io
+
+    from mla_core.presets import load_gpu
+    from mla_core.serving import Workload, search
+
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+    page.goto(f"{server}/serving-plan?model=deepseek-v3&gpu=h200&num_gpus=16&gpus_per_node=8&input_len=4096"
+              "&output_len=1024&ttft_ms=2000&tpot_ms=50&usd_per_gpu_hour=3", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    with page.expect_download(timeout=60000) as d:
+        page.get_by_text("Download every point (CSV)").click()
+    assert d.value.suggested_filename == "serving_plan_points.csv"
+    rows = list(csv.DictReader(io.StringIO(open(d.value.path(), encoding="utf-8").read())))
+    plan = search(load_model("deepseek-v3"), load_gpu("h200"), num_gpus=16, gpus_per_node=8,
+                  workload=Workload(4096, 1024), ttft_ms=2000, tpot_ms=50, usd_per_gpu_hour=3.0)
+    assert len(rows) == len(plan.points) > 1
+    assert [(r["split"], int(r["batch"])) for r in rows] == [(p.split, p.batch) for p in plan.points]
+    assert float(rows[0]["tokens_per_s_per_gpu"]) == plan.points[0].tokens_per_s_per_gpu
+    page.close()

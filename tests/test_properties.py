@@ -1,11 +1,12 @@
 """Property tests (hypothesis) of the cache model and of the parser's error discipline."""
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mla_core.config import loads_config, parse_config
-from mla_core.errors import ConfigError
+from mla_core.errors import ConfigError, MLAError
 from mla_core.kv import kv_bytes_per_token, kv_cache_bytes
 from mla_core.config import synthetic_model
 from mla_core.spec import as_variant
@@ -105,3 +106,23 @@ def test_any_json_document(obj):
         parse_config(loads_config(json.dumps(obj)))
     except ConfigError:
         pass
+
+
+def test_a_variant_asked_again_is_the_same_instance_and_the_memo_is_bounded():
+    """as_variant keeps its variants on the model: a rerun gets the one it built (with its derived
+    figures), equal to one built afresh; past VARIANT_MEMO distinct asks the oldest is dropped."""
+    from mla_core import spec as spec_mod
+    from mla_core.presets import load_model
+    from mla_core.kv import kv_bytes_per_token
+
+    m = load_model("deepseek-v3")
+    first = as_variant(m, "mla", kv_lora_rank=256)
+    assert as_variant(m, "mla", kv_lora_rank=256) is first
+    fresh = spec_mod._as_variant(m, "mla", num_key_value_heads=None, kv_lora_rank=256, qk_rope_head_dim=None)
+    assert fresh == first and kv_bytes_per_token(fresh, "bf16") == kv_bytes_per_token(first, "bf16")
+    for d_c in range(1, spec_mod.VARIANT_MEMO + 2):
+        as_variant(m, "mla", kv_lora_rank=d_c)
+    assert len(m.__dict__["_memo"]["as_variant"]) == spec_mod.VARIANT_MEMO
+    assert as_variant(m, "mla", kv_lora_rank=256) is not first  # dropped, built again
+    with pytest.raises(MLAError):
+        as_variant(m, "gqa", num_key_value_heads=7)
