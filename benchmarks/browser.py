@@ -16,7 +16,11 @@ not count. Each round measures the trivial app's slider and number box before ea
 so the two are side by side in time; each control's p50 and p95 are reported as ratios of the
 trivial app's control of the same kind (slider to slider, number box to number box), with
 `server_p50_ms`, the p50 to the rerun's last message from the server (its script run and the
-websocket): the rest of `p50_ms` is the browser drawing what came.
+websocket): the rest of `p50_ms` is the browser drawing what came; and `chart_draws_p50`, the
+charts Plotly drew for the rerun (its plotly_afterplot events). Streamlit 1.67 draws a changed
+chart twice: its element id hashes the figure, so a new figure is a new React element (a fresh
+Plotly plot), whose theme effect then sets the figure again (a second full draw). The trivial
+app's one chart costs two draws; a control that changes two charts of six traces costs four.
 Goal (issue 20): p50 <= 2.5x and p95 <= 4x on every control.
 
     .venv/bin/python benchmarks/browser.py [--rounds N] [--pages kv_cache,capacity] [--out FILE]
@@ -87,6 +91,14 @@ PROBE = r"""
   const watch = () => observer.observe(document, {subtree: true, childList: true, attributes: true,
                                                   characterData: true});
   watch();
+  // Plotly's own events, through the emit it sets on each chart's div: every finished draw of a
+  // chart (plotly_afterplot) counts, and Streamlit 1.67 draws a changed chart twice (a new chart for
+  // the new figure, then again when its theme effect runs).
+  M.draws = 0;
+  Object.defineProperty(HTMLElement.prototype, 'emit', {configurable: true, get() { return undefined; },
+    set(fn) { Object.defineProperty(this, 'emit', {configurable: true, writable: true, value: function (name, ...a) {
+      if (name === 'plotly_afterplot' && M.t0) M.draws++;
+      return fn.call(this, name, ...a); }}); }});
   const start = () => { if (M.armed && !M.t0) M.t0 = performance.now(); };
   window.addEventListener('pointerup', start, true);
   window.addEventListener('mouseup', start, true);
@@ -94,9 +106,9 @@ PROBE = r"""
 })();
 """
 ARM = "() => { const M = window.__mla; Object.assign(M, {armed: true, t0: 0, firstMsg: 0, lastMsg: 0, lastMut: 0, " \
-      "lastFrame: 0, msgs0: M.msgs}); }"
+      "lastFrame: 0, msgs0: M.msgs, draws: 0}); }"
 STATE = "() => { const M = window.__mla; return {now: performance.now(), t0: M.t0, msgs: M.msgs - M.msgs0, " \
-        "firstMsg: M.firstMsg, lastMsg: M.lastMsg, lastMut: M.lastMut, lastFrame: M.lastFrame}; }"
+        "firstMsg: M.firstMsg, lastMsg: M.lastMsg, lastMut: M.lastMut, lastFrame: M.lastFrame, draws: M.draws}; }"
 # What the user reads: every metric's value and every chart's drawn traces (outside the timing).
 SIGNATURE = """() => ({
   numbers: [...document.querySelectorAll('[data-testid="stMetricValue"]')].map(e => e.innerText).join('|'),
@@ -116,6 +128,7 @@ class Control:
         self.page, self.kind, self.label, self.nth = page, kind, label, nth
         self.times: list[float] = []
         self.server: list[float] = []  # to the server's last message of the rerun: its script and the wire
+        self.draws: list[int] = []  # charts drawn by the rerun (Plotly's afterplot events)
         self.changed = {"numbers": 0, "charts": 0}
         self.values: tuple | None = None
         self.failures: list[str] = []
@@ -204,6 +217,7 @@ def measure(control: Control) -> None:
     page.evaluate("() => { window.__mla.armed = false; }")
     control.times.append((max(s["lastFrame"], s["lastMsg"], s["lastMut"]) - s["t0"]) / 1000)
     control.server.append((s["lastMsg"] - s["t0"]) / 1000)
+    control.draws.append(s["draws"])
     after = page.evaluate(SIGNATURE)
     for k in control.changed:
         control.changed[k] += before[k] != after[k]
@@ -243,7 +257,7 @@ def _summary(c: Control, base: dict[str, Control], prefix: str) -> dict:
     return result(f"{prefix}{c.name}", round(r50, 2), "x p50", goal=f"p50 <= {P50_GOAL}, p95 <= {P95_GOAL}",
                   met=r50 <= P50_GOAL and r95 <= P95_GOAL and not c.failures, p50_ms=round(p50 * 1e3),
                   p95_ms=round(p95 * 1e3), p95_vs_trivial=round(r95, 2), uses=len(c.times),
-                  server_p50_ms=round(_pct(c.server, 50) * 1e3),
+                  server_p50_ms=round(_pct(c.server, 50) * 1e3), chart_draws_p50=statistics.median(c.draws),
                   number_changed=f"{c.changed['numbers']}/{len(c.times)}",
                   chart_changed=f"{c.changed['charts']}/{len(c.times)}", failures=c.failures[:2])
 
@@ -299,6 +313,7 @@ def run(rounds: int = 12, pages: dict | None = None, tiny: bool = False) -> list
     for kind, c in base.items():
         out.append(result(f"trivial_app {c.name}", _pct(c.times, 50) * 1e3, "ms p50",
                           p95_ms=round(_pct(c.times, 95) * 1e3), server_p50_ms=round(_pct(c.server, 50) * 1e3),
+                          chart_draws_p50=statistics.median(c.draws) if c.draws else None,
                           uses=len(c.times), failures=c.failures[:2]))
         if not c.times:
             raise RuntimeError(f"the trivial app's {c.name} could not be timed: {c.failures[:2]}")
