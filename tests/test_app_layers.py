@@ -67,3 +67,22 @@ def test_roofline_page_answers(preset):
     assert not at.error, [e.value for e in at.error]
     if split_error:  # the page still draws, and says engines refuse this TP
         assert any(split_error in plain(w.value) for w in at.warning), [w.value for w in at.warning]
+
+
+def test_a_map_of_identical_layers_is_a_sentence_with_its_chart_behind_an_expander():
+    """DeepSeek-V3's 61 layers all hold the same MLA latent: the page says so in one line (the core's
+    cell) and draws the chart only once its expander is opened; a hybrid's map is drawn at once."""
+    at = run_page("pages/kv_cache.py", model="deepseek-v3", context="131072", kv_dtype="bf16")
+    no_exceptions(at)
+    lm = layer_map(load_model("deepseek-v3"), 131072, "bf16")
+    assert lm.uniform and not layer_map(load_model("qwen3-next-80b-a3b"), 131072, "bf16").uniform
+    cell = lm.cells[0]
+    assert f"All 61 layers hold the same: {cell.label}, {format_bytes(cell.bytes)} each" in plain(
+        " ".join(c.value for c in at.caption))
+    with pytest.raises(AssertionError):
+        layer_chart(at)
+    at.session_state["_kv_layer_map_open"] = True
+    at.run()
+    spec = layer_chart(at)
+    assert [t["name"] for t in spec["data"]] == list(lm.kind_labels)
+    assert sorted(spec["data"][0]["x"]) == [c.index for c in lm.cells]

@@ -6,7 +6,7 @@ import streamlit as st
 
 from mla_core.layermap import LayerMap
 from mla_core.units import format_bytes, format_tokens
-from ui import charts
+from ui import charts, layout
 
 # One colour per cache kind (Okabe-Ito); kinds the table does not name fall back to grey.
 KIND_COLORS = {
@@ -54,4 +54,15 @@ def section(lm: LayerMap, present: bool = False) -> None:
     c3.metric("If every layer were full attention", format_bytes(lm.all_full_attention_bytes_per_sequence),
               help=f"{lm.all_full_attention_bytes_per_sequence:,} B: the same attention shape in all "
                    f"{len(lm.cells)} layers, no state")
-    charts.show(figure(lm, present), "layer-map")
+    if not lm.uniform:
+        charts.show(figure(lm, present), "layer-map")
+        return
+    # Every layer the same: one sentence says what a chart of identical cells would, and the chart
+    # waits in an expander (a changed chart costs the browser two full Plotly draws; benchmarks/browser.py).
+    cell = lm.cells[0]
+    st.caption(f"All {len(lm.cells)} layers hold the same: {cell.label}, {format_bytes(cell.bytes)} each for one "
+               f"sequence at {format_tokens(lm.context)} ({cell.bytes:,} B).")
+    box = layout.lazy_expander("The layer map chart", "_kv_layer_map_open")
+    if box.open:
+        with box:
+            charts.show(figure(lm, present), "layer-map")
