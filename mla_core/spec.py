@@ -380,8 +380,11 @@ def as_variant(
     key = (kind, num_key_value_heads, kv_lora_rank, qk_rope_head_dim)
     try:
         return memo[key]
-    except (KeyError, TypeError):  # TypeError: an unhashable argument, refused below
+    except KeyError:
         pass
+    except TypeError:  # an unhashable argument: built (or refused) without the memo
+        return _as_variant(model, kind, num_key_value_heads=num_key_value_heads, kv_lora_rank=kv_lora_rank,
+                           qk_rope_head_dim=qk_rope_head_dim)
     variant = _as_variant(model, kind, num_key_value_heads=num_key_value_heads, kv_lora_rank=kv_lora_rank,
                           qk_rope_head_dim=qk_rope_head_dim)
     if len(memo) >= VARIANT_MEMO:  # what-if sliders ask for many d_c / d_r: the oldest goes first
