@@ -377,7 +377,8 @@ def as_variant(
     the same instance, with its own derived figures (`model_memo`) already computed.
     """
     memo = model_memo(model, "as_variant", dict)
-    key = (kind, num_key_value_heads, kv_lora_rank, qk_rope_head_dim)
+    # Each argument with its type: True, 1.0 and numpy's 1 equal 1 but are refused where 1 is not.
+    key = (kind,) + tuple((type(x), x) for x in (num_key_value_heads, kv_lora_rank, qk_rope_head_dim))
     try:
         return memo[key]
     except KeyError:

@@ -86,3 +86,8 @@ def test_a_map_of_identical_layers_is_a_sentence_with_its_chart_behind_an_expand
     spec = layer_chart(at)
     assert [t["name"] for t in spec["data"]] == list(lm.kind_labels)
     assert sorted(spec["data"][0]["x"]) == [c.index for c in lm.cells]
+
+    one = run_page("pages/kv_cache.py", model="custom", attention="gqa", layers="1", heads="32", head_dim="128",
+                   kv_heads="8")
+    no_exceptions(one)
+    assert "The one layer holds full attention" in " ".join(c.value for c in one.caption)

@@ -126,6 +126,10 @@ def test_a_variant_asked_again_is_the_same_instance_and_the_memo_is_bounded():
     assert as_variant(m, "mla", kv_lora_rank=256) is not first  # dropped, built again
     with pytest.raises(MLAError):
         as_variant(m, "gqa", num_key_value_heads=7)
+    for bad in (512.0, True):  # equal to an int the memo holds, refused all the same
+        as_variant(m, "mla", kv_lora_rank=int(bad))
+        with pytest.raises(MLAError):
+            as_variant(m, "mla", kv_lora_rank=bad)
     with pytest.raises(MLAError):  # unhashable: no memo, the same refusal
         as_variant(m, "mla", kv_lora_rank=[256])
     assert as_variant(m, "mha", kv_lora_rank=[256]) == as_variant(m, "mha")  # ignored for MHA, as before

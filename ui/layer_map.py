@@ -60,8 +60,10 @@ def section(lm: LayerMap, present: bool = False) -> None:
     # Every layer the same: one sentence says what a chart of identical cells would, and the chart
     # waits in an expander (a changed chart costs the browser two full Plotly draws; benchmarks/browser.py).
     cell = lm.cells[0]
-    st.caption(f"All {len(lm.cells)} layers hold the same: {cell.label}, {format_bytes(cell.bytes)} each for one "
-               f"sequence at {format_tokens(lm.context)} ({cell.bytes:,} B).")
+    n = len(lm.cells)
+    st.caption((f"All {n} layers hold the same: {cell.label}, {format_bytes(cell.bytes)} each" if n > 1 else
+                f"The one layer holds {cell.label}, {format_bytes(cell.bytes)}")
+               + f" for one sequence at {format_tokens(lm.context)} ({cell.bytes:,} B).")
     box = layout.lazy_expander("The layer map chart", "_kv_layer_map_open")
     if box.open:
         with box:
