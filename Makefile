@@ -11,7 +11,7 @@ SHARED ?= ../shared
 .PHONY: app test test-fast bench cases venv clean
 
 # The fast tier: the analytic core, the serving plan, the store and the command line; no app page
-# (AppTest), browser, torch benchmark, torchrun or install test. Under a minute on 2 cores.
+# (AppTest), browser, torch benchmark, torchrun or install test. About a minute on 2 cores.
 FAST_TESTS := tests/test_kv.py tests/test_capacity.py tests/test_roofline.py tests/test_params.py \
 	tests/test_units.py tests/test_config.py tests/test_layers.py tests/test_whatif.py tests/test_sweeps.py \
 	tests/test_claims.py tests/test_properties.py tests/test_serving.py tests/test_cases.py tests/test_cli.py \
