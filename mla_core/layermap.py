@@ -43,7 +43,11 @@ class LayerMap(Result):
     cache_bytes_per_sequence: int
     all_full_attention_bytes_per_sequence: int
     is_hybrid: bool
-    uniform: bool = False  # every layer holds the same (one kind, label and size): the map says nothing more
+
+    @property
+    def uniform(self) -> bool:
+        """Every layer holds the same (one kind, label and size): the map says nothing more."""
+        return len({(c.kind, c.label, c.draft, c.bytes) for c in self.cells}) == 1
 
 
 def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layout: str = "latent", *,
@@ -62,6 +66,5 @@ def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layo
     kv = sum(c.kv_bytes for c in cells)
     state = sum(c.state_bytes for c in cells)
     full = all_full_attention_bytes(model, context, kv_dtype, cache_layout, block_size=block_size)
-    uniform = len({(c.kind, c.label, c.draft, c.bytes) for c in cells}) == 1
     return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
-                    model.is_hybrid, uniform)
+                    model.is_hybrid)

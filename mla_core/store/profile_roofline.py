@@ -31,17 +31,14 @@ _KIND_LABELS = {"mla_absorbed": "MLA absorbed"}
 def variant_label(row: dict, model_kind: str | None = None) -> str:
     """The chart label of a decode row: 'MLA absorbed' for MLA; for SDPA rows the model's own
     attention kind when known (`model_kind` 'mha', 'gqa' or 'mqa', `ModelSpec.kind`: a GQA model
-    split over TP runs one KV head a GPU, which is not MQA), else the row's shape: MHA (as many KV
-    heads as query heads), MQA (one KV head) or GQA; ' (sliding)' after a sliding layer's."""
+    split over TP runs one KV head a GPU, which is not MQA), else the row's own shape
+    (`decode_cache(row).variant`); ' (sliding)' after a sliding layer's. Raises MLAError for a row
+    without the shape fields."""
     kind = row["kind"]
     if kind in _KIND_LABELS:
         return _KIND_LABELS[kind]
-    if model_kind in ("mha", "gqa", "mqa"):
-        base = model_kind.upper()
-    else:
-        heads, kv = row["num_heads"], row["num_kv_heads"]
-        base = "MHA" if kv == heads else ("MQA" if kv == 1 else "GQA")
-    return base + (" (sliding)" if kind == "sliding" else "")
+    base = model_kind if model_kind in ("mha", "gqa", "mqa") else decode_cache(row).variant
+    return base.upper() + (" (sliding)" if kind == "sliding" else "")
 
 
 def _model_kind(name) -> str | None:
