@@ -17,10 +17,11 @@ so the two are side by side in time; each control's p50 and p95 are reported as 
 trivial app's control of the same kind (slider to slider, number box to number box), with
 `server_p50_ms`, the p50 to the rerun's last message from the server (its script run and the
 websocket): the rest of `p50_ms` is the browser drawing what came; and `chart_draws_p50`, the
-charts Plotly drew for the rerun (its plotly_afterplot events). Streamlit 1.67 draws a changed
-chart twice: its element id hashes the figure, so a new figure is a new React element (a fresh
-Plotly plot), whose theme effect then sets the figure again (a second full draw). The trivial
-app's one chart costs two draws; a control that changes two charts of six traces costs four.
+charts Plotly drew for the rerun (its plotly_afterplot events). Streamlit 1.67's st.plotly_chart
+draws a changed chart twice: its element id hashes the figure, so a new figure is a new React
+element (a fresh Plotly plot), whose theme effect then sets the figure again (a second full draw);
+the trivial app's one chart costs two draws. The explorer's charts (ui/charts.py's element, keyed
+by the chart) are redrawn in place by Plotly.react: one draw per changed chart, none for the rest.
 Goal (issue 20): p50 <= 2.5x and p95 <= 4x on every control.
 
     .venv/bin/python benchmarks/browser.py [--rounds N] [--pages kv_cache,capacity] [--out FILE]
@@ -92,8 +93,8 @@ PROBE = r"""
                                                   characterData: true});
   watch();
   // Plotly's own events, through the emit it sets on each chart's div: every finished draw of a
-  // chart (plotly_afterplot) counts, and Streamlit 1.67 draws a changed chart twice (a new chart for
-  // the new figure, then again when its theme effect runs).
+  // chart (plotly_afterplot) counts: st.plotly_chart draws a changed chart twice (a new chart for the
+  // new figure, then again when its theme effect runs), ui/charts.py's element once.
   M.draws = 0;
   Object.defineProperty(HTMLElement.prototype, 'emit', {configurable: true, get() { return undefined; },
     set(fn) { Object.defineProperty(this, 'emit', {configurable: true, writable: true, value: function (name, ...a) {

@@ -74,3 +74,21 @@ def isolated_store(tmp_path, monkeypatch):
         reg.cancel(owner)
         reg.join(owner, 10)
         reg.take(owner)
+
+
+def chart_specs(at: AppTest) -> list[str]:
+    """The JSON of every chart the page drew (ui.charts.show's element), in page order: what the
+    browser hands to Plotly."""
+    import json
+
+    from ui.charts import CHART_ELEMENT
+
+    return [json.loads(e.proto.json)["figure"] for e in at.get("bidi_component")
+            if e.proto.component_name == CHART_ELEMENT]
+
+
+def charts(at: AppTest) -> list[dict]:
+    """Every chart the page drew, as Plotly figure dicts ({"data": [...], "layout": {...}})."""
+    import json
+
+    return [json.loads(spec) for spec in chart_specs(at)]

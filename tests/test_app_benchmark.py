@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from apptest_util import isolated_store, ROOT, no_exceptions, run_page
+from apptest_util import chart_specs, isolated_store, ROOT, no_exceptions, run_page
 from mla_core.store import history, report
 from mla_core.bench.config import MEMORY_HEADROOM, memory_check
 from mla_core.store.errors import BenchBusy, BenchCancelled
@@ -62,7 +62,7 @@ def _metric(at, label: str) -> str:
 
 
 def _figures(at) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    return [json.loads(el) for el in chart_specs(at)]
 
 
 def _texts(elements) -> str:
@@ -148,14 +148,14 @@ def test_the_page_does_not_import_torch(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, 'tests')!r}]
-        from apptest_util import run_page
+        from apptest_util import chart_specs, run_page
         at = run_page({PAGE!r})
         first = "torch" in sys.modules
         data = open({SAMPLE_PATH!r}, "rb").read()
         at.file_uploader(key="_bench_upload").set_value(("cpu.json", data, "application/json"))
         at.run()
         print(json.dumps({{"first": first, "after": "torch" in sys.modules, "exc": [str(e.value) for e in at.exception],
-                          "errors": [e.value for e in at.error], "charts": len(at.get("plotly_chart")),
+                          "errors": [e.value for e in at.error], "charts": len(chart_specs(at)),
                           "compare": list(at.session_state["_bench_compare"])}}))
     """)
     env = dict(os.environ, MLA_EXPLORER_HISTORY=str(tmp_path / "h.sqlite3"))

@@ -14,7 +14,7 @@ from mla_core.presets import load_gpu, load_model
 from mla_core.spec import as_variant
 from mla_core.units import format_bytes, format_tokens, gib_to_bytes
 
-from apptest_util import plain, metric, no_exceptions, run_page
+from apptest_util import chart_specs, plain, metric, no_exceptions, run_page
 
 PAGE = "pages/capacity.py"
 V3_8xH200 = dict(model="deepseek-v3", gpu="h200", num_gpus="8", tp="8", kv_dtype="fp8", context="131072")
@@ -71,7 +71,7 @@ def test_variant_table_and_chart_equal_core():
     assert list(table[col]) == [r["max_concurrent_requests"] for r in rows]
     assert list(table["KV budget per GPU"]) == [format_bytes(r["kv_budget_bytes_per_gpu"]) for r in rows]
     # The requests-vs-context chart marks the chosen context with the same counts.
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    charts = [json.loads(c) for c in chart_specs(at)]
     chart = next(c for c in charts if "against context" in c["layout"]["title"]["text"])
     dots = next(t for t in chart["data"] if t.get("mode") == "markers")
     assert dots["x"][0] == 131072
@@ -109,7 +109,7 @@ def test_comparison_configuration_2_equals_core():
     assert metric(at, "Config 2: whole requests") == whole(r2["max_concurrent_requests"])
     assert metric(at, "Config 2: KV budget per GPU") == format_bytes(r2["kv_budget_bytes_per_gpu"])
     assert metric(at, "Config 1: whole requests") == whole(core()["max_concurrent_requests"])
-    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    titles = [json.loads(c)["layout"]["title"]["text"] for c in chart_specs(at)]
     assert any("by configuration" in t for t in titles)
 
 
@@ -189,7 +189,7 @@ def test_uploaded_model_name_is_shown_as_text():
     no_exceptions(at)
     shown = " | ".join(str(e.value) for e in [*at.caption, *at.markdown])  # the Markdown source, escapes kept
     assert r"\<img" in shown and not re.search(r"(?<!\\)<img", shown)  # every "<" escaped
-    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+    specs = " ".join(c for c in chart_specs(at))
     assert "&lt;img" in specs and "<img" not in specs and "\\u003cimg" not in specs  # Plotly renders some HTML
 
 
@@ -258,8 +258,8 @@ def test_coinciding_curves_say_same_as():
     assert by["GQA-8"].y != by["MQA"].y
     assert all(abs(a - b) <= 0.03 * max(a, b) for a, b in zip(by["GQA-8"].y, by["MQA"].y))
     assert cvv.same_as == {"MQA": ("GQA-8", False)}
-    fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-               if "against context" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    fig = next(json.loads(c) for c in chart_specs(at)
+               if "against context" in json.loads(c)["layout"]["title"]["text"])
     names = [t.get("name") for t in fig["data"] if t.get("name")]
     assert "MQA (within 3% of GQA-8)" in names and "GQA-8" in names
 
@@ -270,12 +270,12 @@ def test_across_gpu_presets_is_drawn_when_opened_with_the_cores_counts():
     at = run_page(PAGE, model="deepseek-v3", gpu="h200", num_gpus="8", tp="8", context="131072", kv_dtype="bf16")
     no_exceptions(at)
     title = "Whole requests of 128K tokens on 8"
-    assert not any(json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(title) for c in at.get("plotly_chart"))
+    assert not any(json.loads(c)["layout"]["title"]["text"].startswith(title) for c in chart_specs(at))
     at.session_state["_capacity_across_open"] = True
     at.run()
     no_exceptions(at)
-    fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-               if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(title))
+    fig = next(json.loads(c) for c in chart_specs(at)
+               if json.loads(c)["layout"]["title"]["text"].startswith(title))
     bars = fig["data"][0]
     assert len(bars["x"]) == len(gpu_ids()) and "<b>h200</b>" in bars["x"]
     want = core(gpu="b200", kv_dtype="bf16")

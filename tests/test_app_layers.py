@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from apptest_util import metric, no_exceptions, plain, run_page
+from apptest_util import chart_specs, metric, no_exceptions, plain, run_page
 from mla_core.kv import tp_split_error
 from mla_core.layermap import layer_map
 from mla_core.capacity import capacity
@@ -18,8 +18,8 @@ NEW_PRESETS = ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "nemotron-nano-9b-v2
 
 
 def layer_chart(at):
-    for c in at.get("plotly_chart"):
-        spec = json.loads(c.proto.spec)
+    for c in chart_specs(at):
+        spec = json.loads(c)
         if spec["layout"]["title"]["text"].startswith("What each layer holds"):
             return spec
     raise AssertionError("no layer map on the page")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from apptest_util import isolated_store, no_exceptions, run_page, shown
+from apptest_util import chart_specs, isolated_store, no_exceptions, run_page, shown
 from mla_core.store import history, list_profiles, save_profile
 from mla_core.views import APP_PROFILE_FAMILIES, roofline_profiles
 from ui import bench_runs
@@ -178,7 +178,7 @@ def test_without_torch_the_section_says_so_before_the_click(monkeypatch):
 # --- the Roofline page --------------------------------------------------------------------------------------
 
 def _figures(at) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    return [json.loads(el) for el in chart_specs(at)]
 
 
 def test_the_roofline_draws_the_chosen_profiles_decode_points():

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from apptest_util import plain, app, metric, no_exceptions, run_page
+from apptest_util import chart_specs, plain, app, metric, no_exceptions, run_page
 from mla_core.hardware import custom_gpu
 from mla_core.presets import load_gpu, load_model
 from mla_core.roofline import attainable_flops, attention_roofline, decode_attention, roofline
@@ -28,7 +28,7 @@ def _opened(at):
 
 
 def _figures(at) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    return [json.loads(el) for el in chart_specs(at)]
 
 
 def _trace_names(at) -> list[str]:

@@ -5,7 +5,7 @@ import pytest
 
 from ui import params
 
-from apptest_util import metric, no_exceptions, plain, run_page, shown
+from apptest_util import chart_specs, metric, no_exceptions, plain, run_page, shown
 from mla_core.presets import load_gpu, load_model
 from mla_core.serving import Workload, search
 from mla_core.units import format_seconds
@@ -20,7 +20,7 @@ LINK = dict(model="deepseek-v3", gpu="h200", num_gpus="16", gpus_per_node="8", i
 def _frontier_chart(at):
     import json
 
-    return next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+    return next(f for f in (json.loads(c) for c in chart_specs(at))
                 if any(t.get("name", "").startswith("best: ") for t in f["data"]))
 
 
@@ -50,7 +50,7 @@ def test_page_shows_the_cores_best_point_and_commands():
     assert plain(h.sentence) in plain(shown(at.caption))
     import json
 
-    charts_ = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    charts_ = [json.loads(c) for c in chart_specs(at)]
     fig = next(f for f in charts_ if any(t.get("name", "").startswith("Pareto front") for t in f["data"]))
     front = next(t for t in fig["data"] if t.get("name", "").startswith("Pareto front"))
     assert front["y"] == [p.rate_per_gpu for p in plan.pareto]  # the estimate's frontier
@@ -224,7 +224,7 @@ def test_the_traffic_section_shows_the_cores_run_and_sweep():
     assert metric(at, "p99 TPOT") == format_seconds(t.result.tpot_s.p99)
     assert metric(at, "Goodput") == f"{t.goodput_rps:,.2f}"
     assert metric(at, "Max rate at SLO") == f"{t.max_rate_at_slo:,.3g}"
-    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    figs = [json.loads(c) for c in chart_specs(at)]
     ttft = next(f for f in figs if f["layout"]["title"]["text"].startswith("TTFT against"))
     p99 = next(tr for tr in ttft["data"] if tr["name"] == "p99")
     assert p99["x"] == list(t.rates) and p99["y"] == [y * 1e3 for y in t.ttft_p99]

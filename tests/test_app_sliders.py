@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from apptest_util import app, metric, no_exceptions, plain, run_page
+from apptest_util import chart_specs, app, metric, no_exceptions, plain, run_page
 from mla_core.kv import compare_variants, kv_report
 from mla_core.presets import load_model
 from mla_core.roofline import decode_attention
@@ -18,7 +18,7 @@ KV, ROOF = "pages/kv_cache.py", "pages/roofline.py"
 
 def _context_chart(at) -> dict:
     """The KV page's chart of the cache against context (the layer map is drawn above it)."""
-    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    figs = [json.loads(c) for c in chart_specs(at)]
     return next(f for f in figs if "against context" in str(f["layout"].get("title", "")))
 
 

@@ -292,3 +292,49 @@ def test_the_serving_plans_csv_is_built_on_click_and_holds_every_point(server, b
     assert [(r["split"], int(r["batch"])) for r in rows] == [(p.split, p.batch) for p in plan.points]
     assert float(rows[0]["tokens_per_s_per_gpu"]) == plan.points[0].tokens_per_s_per_gpu
     page.close()
+
+
+# Plotly's draws of each chart from now on (its plotly_afterplot events), and the plot elements as they are.
+WATCH_PLOTS = """() => { window.__plots = [...document.querySelectorAll('.js-plotly-plot')];
+  window.__draws = window.__plots.map(() => 0);
+  window.__plots.forEach((p, i) => p.on('plotly_afterplot', () => { window.__draws[i]++; })); }"""
+SAME_PLOTS = """() => { const now = [...document.querySelectorAll('.js-plotly-plot')];
+  return now.length === window.__plots.length && now.every((p, i) => p === window.__plots[i]); }"""
+
+
+def test_a_changed_chart_is_redrawn_in_place_once_in_the_themes_colours(server, browser):
+    """ui.charts.show: a slider that changes the KV chart redraws that chart in its own plot
+    element (no new element, one Plotly draw, where st.plotly_chart 1.67 makes a new plot and
+    draws it twice), the drawn trace holds the core's new figure, and a chart nothing changed is
+    not drawn again. Text follows the app's theme: light on the dark scheme."""
+    ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme="dark")
+    page = ctx.new_page()
+    page.goto(f"{server}/?model=deepseek-v3&kv_dtype=bf16&context=131072", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    time.sleep(1)
+    page.evaluate(WATCH_PLOTS)
+    layers = _slider(page, "Layers")
+    layers.locator('input[type="range"]').focus()
+    page.keyboard.press("ArrowLeft")  # 61 -> 60 layers
+    _settle(page)
+    time.sleep(1)
+    assert layers.locator('input[type="range"]').get_attribute("aria-valuetext") == "60"
+    assert page.evaluate(SAME_PLOTS), "a chart was replaced by a new plot element"
+    titles = page.evaluate("() => window.__plots.map(p => p.layout.title.text)")
+    draws = dict(zip(titles, page.evaluate("() => window.__draws")))
+    kv_title = next(t for t in titles if "against context" in t)
+    assert draws[kv_title] == 1, draws
+    # The chart's marker at this context holds the core's exact bytes for 60 layers, no longer 61's.
+    drawn = page.evaluate("""(t) => window.__plots.find(p => p.layout.title.text === t).data
+        .find(d => d.mode === 'markers').customdata.map(c => c[2])""", kv_title)
+    model = load_model("deepseek-v3")
+    want = kv_report(what_if(model, num_hidden_layers=60), 131072, 1, "bf16")["kv_cache_bytes_per_sequence"]
+    was = kv_report(model, 131072, 1, "bf16")["kv_cache_bytes_per_sequence"]
+    assert f"{want:,}" in drawn and f"{was:,}" not in drawn, drawn
+    # The page's text colour is light on the dark scheme, and the chart's title is drawn in it.
+    text, fill = page.evaluate("""() => [getComputedStyle(document.querySelector('[data-testid="stMain"]')).color,
+        document.querySelector('.js-plotly-plot .gtitle').style.fill]""")
+    assert sum(map(int, text[text.index("(") + 1:text.index(")")].split(",")[:3])) > 600, text
+    assert fill.replace(" ", "") == text.replace(" ", ""), (fill, text)
+    ctx.close()

@@ -79,7 +79,9 @@ def _page_text(at) -> str:
     parts += [f"{m.label} {m.value} {m.proto.help}" for m in at.metric]
     for df in at.dataframe:
         parts += [str(c) for c in df.value.columns] + [str(x) for x in df.value.astype(str).to_numpy().ravel()]
-    parts += [c.proto.spec for c in at.get("plotly_chart")]
+    from apptest_util import chart_specs
+
+    parts += chart_specs(at)
     return "\n".join(parts)
 
 

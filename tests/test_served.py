@@ -21,7 +21,7 @@ import tomllib
 
 import pytest
 
-from apptest_util import PAGES, ROOT, app, no_exceptions, plain, run_page
+from apptest_util import chart_specs, PAGES, ROOT, app, no_exceptions, plain, run_page
 from mla_core.store import history
 from mla_core.store.schema import MAX_RESULT_BYTES
 from mla_core.config import MAX_CONFIG_BYTES
@@ -52,7 +52,7 @@ def _specs(monkeypatch, validate: bool) -> dict:
                 at.session_state[key] = True
             at.run()
             no_exceptions(at)
-            out[f"{page} {query}"] = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+            out[f"{page} {query}"] = [json.loads(el) for el in chart_specs(at)]
     return out
 
 
@@ -156,7 +156,7 @@ def test_disturbed_and_damaged_runs_are_marked_and_left_out_of_comparisons(store
     at.selectbox(key="_bench_show").set_value(f"run:{noisy}").run()
     no_exceptions(at)
     assert any(plain(w.value).startswith("This run was disturbed: other processes kept") for w in at.warning)
-    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    titles = [json.loads(c)["layout"]["title"]["text"] for c in chart_specs(at)]
     assert titles and all(t.endswith("[disturbed]") for t in titles)
 
 

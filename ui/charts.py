@@ -269,13 +269,119 @@ def legend_below(fig: Figure, entries: int | None = None, *, present: bool = Fal
     return fig
 
 
+# --- the chart element: one Plotly plot per chart, updated in place ----------------------------------
+# st.plotly_chart (Streamlit 1.67) keys its element by a hash of the figure: a changed figure is a
+# new React element, a fresh Plotly plot, which Streamlit's theme effect then sets again, so every
+# changed chart costs two full Plotly draws in the browser (benchmarks/browser.py counts them). A
+# chart here is an st.components.v2 element keyed by the chart's own key: the browser keeps its
+# plot and hands the new figure to Plotly.react, which redraws only what changed (one draw), and
+# nothing when the figure is the one already drawn. plotly.js is the copy the plotly package
+# ships (plotly/package_data/plotly.min.js), served by Streamlit's own component route
+# (/component/<name>/...) through a components.v1 declaration of that folder, and loaded once a
+# page load. Colours of text and grid follow the app's theme (light or dark) as the browser
+# computes it; the series keep the colours this module gives them.
+CHART_JS = r"""
+let loading = null;
+function plotly(src) {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!loading) loading = new Promise((ok, fail) => {
+    const script = document.createElement('script');
+    script.src = new URL(src, document.baseURI).href;
+    script.onload = () => ok(window.Plotly);
+    script.onerror = () => { loading = null; fail(new Error('plotly.js did not load from ' + script.src)); };
+    document.head.appendChild(script);
+  });
+  return loading;
+}
+function alpha(rgb, a) {
+  const c = (rgb.match(/[\\d.]+/g) || [0, 0, 0]).slice(0, 3).join(', ');
+  return `rgba(${c}, ${a})`;
+}
+function isObject(x) { return x !== null && typeof x === 'object' && !Array.isArray(x); }
+function under(defaults, own) {  // the figure's own properties over the theme's defaults
+  const out = Object.assign({}, defaults);
+  for (const [k, v] of Object.entries(own || {})) out[k] = isObject(v) && isObject(defaults[k]) ? under(defaults[k], v) : v;
+  return out;
+}
+// Streamlit's chart theme (its PlotlyChart CustomTheme) in the app's colours as the browser computes them.
+function themed(layout, el) {
+  const css = getComputedStyle(el), app = document.querySelector('[data-testid="stApp"]') || document.body;
+  const text = css.color, faint = alpha(text, 0.15), line = alpha(text, 0.3), bg = getComputedStyle(app).backgroundColor;
+  const axis = {automargin: true, gridcolor: faint, zerolinecolor: line, linecolor: line, tickcolor: line,
+                title: {font: {color: text}}, tickfont: {color: text}};
+  const theme = {
+    paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)',
+    font: {family: css.fontFamily, color: text},
+    title: {x: 0, xanchor: 'left', pad: {l: 4}, font: {color: text}},
+    legend: {bgcolor: 'rgba(0,0,0,0)', borderwidth: 0, valign: 'top', font: {color: text}},
+    hoverlabel: {bgcolor: bg, bordercolor: line, font: {color: text, family: css.fontFamily}},
+    modebar: {bgcolor: 'rgba(0,0,0,0)', color: line, activecolor: text},
+    margin: {pad: 8},
+    xaxis: under(axis, {title: {standoff: 20}}), yaxis: under(axis, {title: {standoff: 24}}),
+  };
+  for (const k of Object.keys(layout)) if (/^[xy]axis\\d+$/.test(k)) theme[k] = axis;
+  return under(theme, layout);
+}
+export default function (component) {
+  const {data, parentElement} = component;
+  let el = parentElement.querySelector('div.mla-chart');
+  if (!el) {
+    el = document.createElement('div');
+    el.className = 'mla-chart';
+    el.style.width = '100%';
+    parentElement.appendChild(el);
+  }
+  const stamp = data.figure + '|' + getComputedStyle(el).color;
+  if (el.dataset.stamp === stamp) return;  // the figure already drawn
+  el.dataset.stamp = stamp;
+  const fig = JSON.parse(data.figure);
+  plotly(data.src).then(P => {
+    if (el.dataset.stamp !== stamp) return;  // a newer figure came while plotly.js loaded
+    return P.react(el, fig.data, themed(fig.layout, el), data.config);
+  }).catch(err => { el.textContent = 'This chart could not be drawn: ' + err.message; });
+}
+"""
+# The series' colours when a trace names none (Plotly's colorway): this module's palette. Streamlit's
+# own "streamlit" template holds placeholder colours its chart element swaps in the browser.
+TEMPLATE = {"layout": {"colorway": SEQUENCE}}
+CHART_ELEMENT = "mla_explorer.chart"  # the chart element's component name
+
+
+@functools.lru_cache(maxsize=1)
+def _element():
+    """(the chart element's mount function, the URL of plotly.js relative to the page)."""
+    import plotly
+    import streamlit.components.v1 as components_v1
+
+    folder = os.path.join(os.path.dirname(plotly.__file__), "package_data")
+    files = components_v1.declare_component("plotly_js", path=folder)
+    mount = st.components.v2.component(CHART_ELEMENT, js=CHART_JS, isolate_styles=False)
+    return mount, f"component/{files.name}/plotly.min.js"
+
+
+def figure_json(fig) -> str:
+    """The JSON the browser is handed for `fig` (a ui.charts Figure or a plotly Figure): Plotly's
+    own serialiser (plotly.io.to_json, as st.plotly_chart uses), with this module's template where
+    the figure names none."""
+    import plotly.io as pio
+
+    if isinstance(fig, Figure):
+        fig.layout.setdefault("template", TEMPLATE)
+        fig = fig.to_plotly()
+    return pio.to_json(fig, validate=False)
+
+
 def show(fig: Figure, name: str, key: str | None = None) -> None:
-    """Draw a figure with Plotly's PNG download (modebar camera) named after the chart."""
+    """Draw a figure with Plotly's PNG download (modebar camera) named after the chart. `key`
+    (default `_chart_<name>`) is the chart's identity on the page: the same key on the next rerun
+    updates the drawn chart in place."""
     config = {
         "displaylogo": False,
+        "responsive": True,
         "toImageButtonOptions": {"format": "png", "filename": f"mla-explorer-{name}", "scale": 2},
     }
-    st.plotly_chart(fig.to_plotly() if isinstance(fig, Figure) else fig, config=config, theme="streamlit", key=key)
+    mount, src = _element()
+    mount(key=key or f"_chart_{name}", data={"figure": figure_json(fig), "config": config, "src": src})
 
 
 PRESENTATION_CSS = """
