@@ -337,4 +337,9 @@ def test_a_changed_chart_is_redrawn_in_place_once_in_the_themes_colours(server, 
         document.querySelector('.js-plotly-plot .gtitle').style.fill]""")
     assert sum(map(int, text[text.index("(") + 1:text.index(")")].split(",")[:3])) > 600, text
     assert fill.replace(" ", "") == text.replace(" ", ""), (fill, text)
+    # The page narrows without the window (as when the sidebar closes): the chart follows its width.
+    wide = page.evaluate("() => window.__plots[0]._fullLayout.width")
+    page.evaluate("() => { document.querySelector('[data-testid=\"stMainBlockContainer\"]').style.maxWidth = '640px'; }")
+    page.wait_for_function("() => window.__plots[0]._fullLayout.width <= 640", timeout=10000)
+    assert wide > 800
     ctx.close()

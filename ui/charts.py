@@ -330,13 +330,21 @@ export default function (component) {
     el.className = 'mla-chart';
     el.style.width = '100%';
     parentElement.appendChild(el);
+    // The page's width can change without the window's (the sidebar opened or closed): follow it.
+    let width = 0;
+    new ResizeObserver(([entry]) => {
+      const w = Math.round(entry.contentRect.width);
+      if (w === width) return;
+      width = w;
+      if (window.Plotly && el._fullLayout) window.Plotly.Plots.resize(el);
+    }).observe(el);
   }
   const stamp = data.figure + '|' + getComputedStyle(el).color;
-  if (el.dataset.stamp === stamp) return;  // the figure already drawn
-  el.dataset.stamp = stamp;
+  if (el.mlaStamp === stamp) return;  // the figure already drawn (kept on the element, not in the DOM)
+  el.mlaStamp = stamp;
   const fig = JSON.parse(data.figure);
   plotly(data.src).then(P => {
-    if (el.dataset.stamp !== stamp) return;  // a newer figure came while plotly.js loaded
+    if (el.mlaStamp !== stamp) return;  // a newer figure came while plotly.js loaded
     return P.react(el, fig.data, themed(fig.layout, el), data.config);
   }).catch(err => { el.textContent = 'This chart could not be drawn: ' + err.message; });
 }
