@@ -6,8 +6,9 @@ websocket protocol, TCP_NODELAY). A kind's cost per element is (its app's rerun 
 the same app with no element of its own) / N. The tables are measured both ways the pages
 could hand them over: a pandas DataFrame (which Streamlit converts to Arrow on every rerun) and a
 pyarrow Table (ui.text.frame, which Streamlit sends as it is). The charts are measured both ways
-too: a KV-sized figure built as ui.charts' plain dicts (the pages' way) and with
-plotly.graph_objects (`ui_charts_gain_over_plain_plotly_ms`: what ui/charts.py saves a chart).
+too: a KV-sized figure built as ui.charts' plain dicts and drawn by its chart element (the pages'
+way) and built with plotly.graph_objects for st.plotly_chart (`ui_charts_gain_over_plain_plotly_ms`:
+what ui/charts.py saves a chart on the server; benchmarks/browser.py times the browser's side).
 
     .venv/bin/python benchmarks/element_costs.py [--tiny] [--rounds N] [--out FILE]
 """

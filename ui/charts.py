@@ -1,4 +1,5 @@
-"""Plotly styling shared by the pages: units in axis titles, exact hover text, presentation sizes.
+"""Plotly styling shared by the pages (units in axis titles, exact hover text, presentation sizes)
+and the chart element they draw with (`show`: one plot per chart, updated in place).
 
 Colours are the Okabe-Ito palette (legible for colour-blind readers, and on light and dark
 themes); the same variant keeps the same colour on every chart.
