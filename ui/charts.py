@@ -125,7 +125,9 @@ class Figure:
         return {"data": self.data, "layout": self.layout}
 
     def to_plotly(self):
-        """One plotly.graph_objects.Figure of this figure (validated when `validating()`)."""
+        """One plotly.graph_objects.Figure of this figure (validated when `validating()`), with this
+        module's template (TEMPLATE) where the figure names none."""
+        self.layout.setdefault("template", TEMPLATE)
         if validating():
             import plotly.graph_objects as pgo
 
@@ -172,22 +174,7 @@ def _ready(spec: dict):
                 return self.to_dict()
 
         _READY = Ready
-    layout = spec["layout"]
-    if "template" not in layout:  # plot.Figure() adds the default template (Streamlit's, once imported)
-        layout["template"] = _default_template()
     return _READY(spec)
-
-
-_TEMPLATES: dict = {}
-
-
-def _default_template() -> dict:
-    import plotly.io as pio
-
-    name = pio.templates.default
-    if name not in _TEMPLATES:
-        _TEMPLATES[name] = pio.templates[name].to_plotly_json() if name else {}
-    return _TEMPLATES[name]
 
 
 def _trace(kind: str):
@@ -370,12 +357,10 @@ def _element():
 
 def figure_json(fig) -> str:
     """The JSON the browser is handed for `fig` (a ui.charts Figure or a plotly Figure): Plotly's
-    own serialiser (plotly.io.to_json, as st.plotly_chart uses), with this module's template where
-    the figure names none."""
+    own serialiser (plotly.io.to_json, as st.plotly_chart uses)."""
     import plotly.io as pio
 
     if isinstance(fig, Figure):
-        fig.layout.setdefault("template", TEMPLATE)
         fig = fig.to_plotly()
     return pio.to_json(fig, validate=False)
 
