@@ -309,6 +309,8 @@ def test_a_changed_chart_is_redrawn_in_place_once_in_the_themes_colours(server, 
     not drawn again. Text follows the app's theme: light on the dark scheme."""
     ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme="dark")
     page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server}/?model=deepseek-v3&kv_dtype=bf16&context=131072", wait_until="domcontentloaded")
     page.wait_for_selector(".js-plotly-plot", timeout=90000)
     _settle(page)
@@ -337,9 +339,30 @@ def test_a_changed_chart_is_redrawn_in_place_once_in_the_themes_colours(server, 
         document.querySelector('.js-plotly-plot .gtitle').style.fill]""")
     assert sum(map(int, text[text.index("(") + 1:text.index(")")].split(",")[:3])) > 600, text
     assert fill.replace(" ", "") == text.replace(" ", ""), (fill, text)
+    # Grid and lines are the text colour, faint; the background is the page's (a PNG download reads).
+    grid, paper, app_bg = page.evaluate("""() => [window.__plots[0]._fullLayout.xaxis.gridcolor,
+        window.__plots[0]._fullLayout.paper_bgcolor,
+        getComputedStyle(document.querySelector('[data-testid="stApp"]')).backgroundColor]""")
+    rgb = text[text.index("(") + 1:text.index(")")].replace(" ", "")
+    assert grid.replace(" ", "") == f"rgba({rgb},0.15)", (grid, text)
+    assert paper.replace(" ", "") == app_bg.replace(" ", "").replace("rgb(", "rgba(").replace(")", ",1)") or \
+        paper.replace(" ", "") == app_bg.replace(" ", ""), (paper, app_bg)
+    # Nothing on the modebar sends the chart off the machine (plotly.js 4 offers Plotly Cloud by default).
+    titles = page.evaluate("() => [...document.querySelectorAll('.modebar-btn')].map(b => b.dataset.title)")
+    assert any("PNG" in (t or "") for t in titles), titles
+    assert not any("Share" in (t or "") or "Cloud" in (t or "") or "Lasso" in (t or "") for t in titles), titles
     # The page narrows without the window (as when the sidebar closes): the chart follows its width.
     wide = page.evaluate("() => window.__plots[0]._fullLayout.width")
     page.evaluate("() => { document.querySelector('[data-testid=\"stMainBlockContainer\"]').style.maxWidth = '640px'; }")
     page.wait_for_function("() => window.__plots[0]._fullLayout.width <= 640", timeout=10000)
     assert wide > 800
+    # Leaving the page and coming back: no error from a removed chart, and its plot is freed.
+    for _ in range(2):
+        page.locator('[data-testid="stSidebarNav"] a', has_text="Capacity").click()
+        _settle(page)
+        page.locator('[data-testid="stSidebarNav"] a', has_text="KV cache").click()
+        _settle(page)
+    time.sleep(1)
+    assert not errors, errors
+    assert page.evaluate("() => window.__plots.every(p => !p.isConnected && !p._fullLayout)")
     ctx.close()

@@ -282,7 +282,7 @@ function plotly(src) {
   return loading;
 }
 function alpha(rgb, a) {
-  const c = (rgb.match(/[\\d.]+/g) || [0, 0, 0]).slice(0, 3).join(', ');
+  const c = (rgb.match(/[\d.]+/g) || [0, 0, 0]).slice(0, 3).join(', ');
   return `rgba(${c}, ${a})`;
 }
 function isObject(x) { return x !== null && typeof x === 'object' && !Array.isArray(x); }
@@ -298,16 +298,16 @@ function themed(layout, el) {
   const axis = {automargin: true, gridcolor: faint, zerolinecolor: line, linecolor: line, tickcolor: line,
                 title: {font: {color: text}}, tickfont: {color: text}};
   const theme = {
-    paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)',
+    paper_bgcolor: bg, plot_bgcolor: bg,  // opaque, so a downloaded PNG reads on any background
     font: {family: css.fontFamily, color: text},
-    title: {x: 0, xanchor: 'left', pad: {l: 4}, font: {color: text}},
+    title: {x: 0, xanchor: 'left', pad: {l: 4}, font: {color: text, weight: 600}},
     legend: {bgcolor: 'rgba(0,0,0,0)', borderwidth: 0, valign: 'top', font: {color: text}},
     hoverlabel: {bgcolor: bg, bordercolor: line, font: {color: text, family: css.fontFamily}},
     modebar: {bgcolor: 'rgba(0,0,0,0)', color: line, activecolor: text},
     margin: {pad: 8},
-    xaxis: under(axis, {title: {standoff: 20}}), yaxis: under(axis, {title: {standoff: 24}}),
+    xaxis: axis, yaxis: under(axis, {title: {standoff: 24}}),
   };
-  for (const k of Object.keys(layout)) if (/^[xy]axis\\d+$/.test(k)) theme[k] = axis;
+  for (const k of Object.keys(layout)) if (/^[xy]axis\d+$/.test(k)) theme[k] = axis;
   return under(theme, layout);
 }
 export default function (component) {
@@ -320,12 +320,18 @@ export default function (component) {
     parentElement.appendChild(el);
     // The page's width can change without the window's (the sidebar opened or closed): follow it.
     let width = 0;
-    new ResizeObserver(([entry]) => {
+    const observer = new ResizeObserver(([entry]) => {
       const w = Math.round(entry.contentRect.width);
-      if (w === width) return;
+      if (!el.isConnected) {  // the chart left the page: free its plot and Plotly's window listener
+        observer.disconnect();
+        if (window.Plotly) window.Plotly.purge(el);
+        return;
+      }
+      if (w === 0 || w === width) return;  // hidden (a closed expander) or unchanged
       width = w;
-      if (window.Plotly && el._fullLayout) window.Plotly.Plots.resize(el);
-    }).observe(el);
+      if (window.Plotly && el._fullLayout) window.Plotly.Plots.resize(el).catch(() => {});
+    });
+    observer.observe(el);
   }
   const stamp = data.figure + '|' + getComputedStyle(el).color;
   if (el.mlaStamp === stamp) return;  // the figure already drawn (kept on the element, not in the DOM)
@@ -333,13 +339,20 @@ export default function (component) {
   const fig = JSON.parse(data.figure);
   plotly(data.src).then(P => {
     if (el.mlaStamp !== stamp) return;  // a newer figure came while plotly.js loaded
+    const failed = el.querySelector(':scope > .mla-chart-error');
+    if (failed) failed.remove();
     return P.react(el, fig.data, themed(fig.layout, el), data.config);
-  }).catch(err => { el.textContent = 'This chart could not be drawn: ' + err.message; });
+  }).catch(err => {
+    el.mlaStamp = null;  // drawn again on the next rerun
+    const note = el.querySelector(':scope > .mla-chart-error') || el.insertBefore(document.createElement('p'), el.firstChild);
+    note.className = 'mla-chart-error';
+    note.textContent = 'This chart could not be drawn: ' + err.message;
+  });
 }
 """
 # The series' colours when a trace names none (Plotly's colorway): this module's palette. Streamlit's
 # own "streamlit" template holds placeholder colours its chart element swaps in the browser.
-TEMPLATE = {"layout": {"colorway": SEQUENCE}}
+TEMPLATE = {"layout": {"colorway": SEQUENCE[1:] + SEQUENCE[:1]}}  # orange (MLA, objectives) last
 CHART_ELEMENT = "mla_explorer.chart"  # the chart element's component name
 
 
@@ -372,6 +385,10 @@ def show(fig: Figure, name: str, key: str | None = None) -> None:
     config = {
         "displaylogo": False,
         "responsive": True,
+        # plotly.js 4 offers to upload the chart to Plotly Cloud unless told not to; nothing leaves
+        # the machine. No selections on these charts: no box or lasso select.
+        "showSendToCloud": False,
+        "modeBarButtonsToRemove": ["select2d", "lasso2d", "sendDataToCloud"],
         "toImageButtonOptions": {"format": "png", "filename": f"mla-explorer-{name}", "scale": 2},
     }
     mount, src = _element()
