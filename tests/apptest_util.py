@@ -85,10 +85,3 @@ def chart_specs(at: AppTest) -> list[str]:
 
     return [json.loads(e.proto.json)["figure"] for e in at.get("bidi_component")
             if e.proto.component_name == CHART_ELEMENT]
-
-
-def charts(at: AppTest) -> list[dict]:
-    """Every chart the page drew, as Plotly figure dicts ({"data": [...], "layout": {...}})."""
-    import json
-
-    return [json.loads(spec) for spec in chart_specs(at)]

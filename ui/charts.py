@@ -388,7 +388,7 @@ def show(fig: Figure, name: str, key: str | None = None) -> None:
         # plotly.js 4 offers to upload the chart to Plotly Cloud unless told not to; nothing leaves
         # the machine. No selections on these charts: no box or lasso select.
         "showSendToCloud": False,
-        "modeBarButtonsToRemove": ["select2d", "lasso2d", "sendDataToCloud"],
+        "modeBarButtonsToRemove": ["select2d", "lasso2d"],
         "toImageButtonOptions": {"format": "png", "filename": f"mla-explorer-{name}", "scale": 2},
     }
     mount, src = _element()
