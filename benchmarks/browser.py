@@ -112,7 +112,7 @@ STATE = "() => { const M = window.__mla; return {now: performance.now(), t0: M.t
         "firstMsg: M.firstMsg, lastMsg: M.lastMsg, lastMut: M.lastMut, lastFrame: M.lastFrame, draws: M.draws}; }"
 # What the user reads: every metric's value and every chart's drawn traces (outside the timing).
 SIGNATURE = """() => ({
-  numbers: [...document.querySelectorAll('[data-testid="stMetricValue"]')].map(e => e.innerText).join('|'),
+  numbers: [...document.querySelectorAll('[data-testid="stMetricValue"], .mla-metric-value')].map(e => e.innerText).join('|'),
   charts: [...document.querySelectorAll('.js-plotly-plot')].map(c =>
       [...c.querySelectorAll('.scatterlayer path, .barlayer path, .gtitle, .xtick text, .ytick text')]
         .map(p => p.getAttribute('d') || p.textContent).join(';')).join('|')})"""

@@ -10,7 +10,14 @@ too: a KV-sized figure built as ui.charts' plain dicts and drawn by its chart el
 way) and built with plotly.graph_objects for st.plotly_chart (`ui_charts_gain_over_plain_plotly_ms`:
 what ui/charts.py saves a chart on the server; benchmarks/browser.py times the browser's side).
 
-    .venv/bin/python benchmarks/element_costs.py [--tiny] [--rounds N] [--out FILE]
+Rows of key numbers are measured both ways too, the server's side above and, with --browser, what
+the user waits for in chromium (benchmarks/browser.py's probe and slider drag): ten rows of four
+numbers as st.metric in st.columns (a horizontal block, four columns and four metrics a row, nine
+nodes Streamlit's React tree re-renders on every rerun) against ten ui.metrics.metric_row elements
+(one node a row), each app beside the same slider, against the slider alone
+(`metric_row_gain_in_the_browser_ms`: what ui/metrics.py saves a row of four).
+
+    .venv/bin/python benchmarks/element_costs.py [--tiny] [--browser] [--rounds N] [--out FILE]
 """
 from __future__ import annotations
 
@@ -35,6 +42,10 @@ KINDS = {
     "selectbox": (30, 'st.selectbox(f"choice {i}", ["a", "b", "c", "d"], key=f"s{i}")'),
     "select_slider": (30, 'st.select_slider(f"stop {i}", [1, 2, 4, 8, 16, 32, 64, 128], key=f"ss{i}")'),
     "columns_row_of_4": (15, "st.columns(4)"),
+    "st_metric_row_of_4_in_columns": (10, '[c.metric(f"metric {i}.{j}", f"{x * j:,} B", help="exact bytes") '
+                                          'for j, c in enumerate(st.columns(4))]'),
+    "ui_metrics_metric_row_of_4": (10, 'metric_row([Metric(f"metric {i}.{j}", f"{x * j:,} B", help="exact bytes") '
+                                       'for j in range(4)])'),
     "dataframe_pandas_8_rows": (15, 'st.dataframe(pd.DataFrame(ROWS), hide_index=True)'),
     "dataframe_pyarrow_8_rows": (15, 'st.dataframe(frame(ROWS), hide_index=True)'),
     "plotly_chart_5_traces_60_points": (3, 'charts.show(figure(x), "c", key=f"c{i}")'),
@@ -48,12 +59,27 @@ KINDS = {
 CHARTS_PAIR = ("plotly_chart_kv_sized_ui_charts_dicts", "plotly_chart_kv_sized_plain_plotly")
 TINY_KINDS = ("markdown", "selectbox", "dataframe_pyarrow_8_rows", *CHARTS_PAIR)
 
+# In the browser: a slider (its drag is timed) and ROWS_IN_BROWSER rows of four numbers drawn each way.
+ROWS_IN_BROWSER = 10
+BROWSER_APP = '''import sys
+sys.path.insert(0, {root!r})
+import streamlit as st
+from ui.metrics import Metric, metric_row
+
+x = st.slider("Scale", min_value=1, max_value=64, value=8, key="scale")
+for i in range({n}):
+    {body}
+'''
+BROWSER_KINDS = {"st_metric_in_columns": KINDS["st_metric_row_of_4_in_columns"][1],
+                 "metric_row": KINDS["ui_metrics_metric_row_of_4"][1]}
+
 APP = '''import sys
 sys.path.insert(0, {root!r})
 import pandas as pd
 import streamlit as st
 from ui import charts
 from ui.charts import plot
+from ui.metrics import Metric, metric_row
 from ui.text import frame
 
 ROWS = [{{"variant": f"v{{j}}", "KV heads": j, "per token": f"{{j * 1.5:.2f}} KiB", "vs MHA": j / 7}} for j in range(8)]
@@ -155,10 +181,66 @@ def run(tiny: bool = False, rounds: int | None = None) -> list[dict]:
     return out
 
 
+def run_browser(rounds: int = 12) -> list[dict]:
+    """Each BROWSER_KINDS app's slider drag in chromium (benchmarks/browser.py's measure), its p50
+    less the bare slider's, per row of four; the bare and the two apps take turns every round."""
+    from playwright.sync_api import sync_playwright
+
+    import browser
+    from browser_util import CHROMIUM, LAUNCH_ARGS
+
+    if CHROMIUM is None:
+        return [result("browser_costs_skipped", 0, "", note="no chromium on PATH (apt-get install chromium)")]
+    tmp = tempfile.mkdtemp()
+    env = dict(os.environ, MLA_EXPLORER_HISTORY=os.path.join(tmp, "history.sqlite3"))
+    apps = {"bare": (0, "pass"), **{k: (ROWS_IN_BROWSER, body) for k, body in BROWSER_KINDS.items()}}
+    servers, out = {}, []
+    try:
+        for name, (n, body) in apps.items():
+            path = os.path.join(tmp, f"browser_{name}.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(BROWSER_APP.format(root=ROOT, n=n, body=body))
+            port = free_port()
+            servers[name] = (served.Server(port, path, env, os.path.join(tmp, f"browser_{name}.log")), port)
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+            controls = {}
+            for name, (_srv, port) in servers.items():
+                page = b.new_page(viewport=browser.VIEWPORT)
+                page.add_init_script(browser.PROBE)
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded")
+                page.wait_for_selector('[data-testid="stSlider"]', timeout=90000)
+                browser._settle(page)
+                controls[name] = browser.Control(page, "slider", "Scale", 0)
+            for _ in range(rounds):
+                for name, c in controls.items():
+                    c.page.bring_to_front()
+                    browser.measure(c)
+                    browser._settle(c.page)
+            b.close()
+    finally:
+        for srv, _port in servers.values():
+            srv.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    p50 = {name: served._pct(c.times, 50) * 1e3 for name, c in controls.items()}
+    out.append(result("browser_slider_bare_app_ms", p50["bare"], "ms p50", uses=len(controls["bare"].times)))
+    for name in BROWSER_KINDS:
+        out.append(result(f"browser_cost_of_a_row_of_4_{name}_ms", (p50[name] - p50["bare"]) / ROWS_IN_BROWSER,
+                          "ms per row", rows=ROWS_IN_BROWSER, app_p50_ms=round(p50[name]), bare_p50_ms=round(p50["bare"]),
+                          failures=controls[name].failures[:2]))
+    cols, ours = (p50[k] - p50["bare"] for k in BROWSER_KINDS)
+    out.append(result("metric_row_gain_in_the_browser_ms", (cols - ours) / ROWS_IN_BROWSER, "ms per row of 4",
+                      ratio=round(cols / ours, 2) if ours > 0 else None,
+                      what=f"{ROWS_IN_BROWSER} rows of four numbers, st.metric in st.columns against "
+                           "ui.metrics.metric_row, a slider drag to the redrawn page in chromium"))
+    return out
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--browser", action="store_true", help="the rows of numbers in chromium, not the server's costs")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--out")
     a = ap.parse_args()
-    dump(run(a.tiny, a.rounds), a.out)
+    dump(run_browser(a.rounds or (3 if a.tiny else 12)) if a.browser else run(a.tiny, a.rounds), a.out)

@@ -21,6 +21,7 @@ from mla_core.views import (GMU_MIN, Configuration, allocator_waste_view, capaci
                             capacity_view, configuration, configurations_by_context, legend_name, memory_bars,
                             mode_name)
 from ui import charts, layout, models, state
+from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame, widths
 
 v = state.values()
@@ -116,18 +117,19 @@ def headline(model, gpu):
     if cv.no_fit:
         st.error(escape_md(cv.no_fit, 400) + " No KV cache fits: the counts below are 0. Add GPUs, raise tp, use "
                  "DP-attention's expert split, or a smaller weights dtype.")
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric(f"Whole requests of {format_tokens(T)}", _requests(main["max_concurrent_requests"]),
-              help=f"In the deployment, at once: {main['replicas']} replica(s) × floor(KV budget per GPU / one "
-                   f"request's {main['request_bytes_per_gpu']:,} B per GPU, blocks of {main['block_size']} tokens).")
-    m2.metric("Max concurrency (engine-style)", f"{main['max_concurrency']:.2f}x",
-              help="Max tokens in the deployment / context, as vLLM logs 'Maximum concurrency for T tokens per "
-                   "request': counts fractions of a request.")
-    m3.metric("Max tokens per GPU", format_tokens(main["max_tokens_per_gpu"]),
-              help=f"{format_tokens_exact(main['max_tokens_per_gpu'])} ({main['blocks_per_gpu']:,} blocks of {main['block_size']})")
-    m4.metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
-              help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
-                   "(TP ranks of one replica hold the same tokens).")
+    metric_row([
+        Metric(f"Whole requests of {format_tokens(T)}", _requests(main["max_concurrent_requests"]),
+               help=f"In the deployment, at once: {main['replicas']} replica(s) × floor(KV budget per GPU / one "
+                    f"request's {main['request_bytes_per_gpu']:,} B per GPU, blocks of {main['block_size']} tokens)."),
+        Metric("Max concurrency (engine-style)", f"{main['max_concurrency']:.2f}x",
+               help="Max tokens in the deployment / context, as vLLM logs 'Maximum concurrency for T tokens per "
+                    "request': counts fractions of a request."),
+        Metric("Max tokens per GPU", format_tokens(main["max_tokens_per_gpu"]),
+               help=f"{format_tokens_exact(main['max_tokens_per_gpu'])} ({main['blocks_per_gpu']:,} blocks of "
+                    f"{main['block_size']})"),
+        Metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
+               help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
+                    "(TP ranks of one replica hold the same tokens).")])
     if cv.fp8_note and not present:  # a slide shows it below its chart
         st.info(escape_md(cv.fp8_note, 400))
     return cv
@@ -145,22 +147,22 @@ def messages(cv):
 def details(model, gpu, cv):
     """The second row of numbers and TP against DP-attention (from the headline's view)."""
     main, tp, dp, num_gpus = cv.main, cv.tp, cv.dp_attention, cv.num_gpus
-    m1, m2, m3, m4, m5 = st.columns(5)
-    m5.metric("Recurrent state per request", format_bytes(main["state_bytes_per_request_per_gpu"]),
-              help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning layers): "
-                   "held once per sequence whatever its length, counted in each request's bytes")
-    m1.metric("Weights per GPU", format_bytes(main["weights_bytes_per_gpu"]),
-              help=f"{main['weights_bytes_per_gpu']:,} B: {main['params_total']:,} parameters as "
-                   f"{main['weights_dtype']}, " + ("attention whole on every GPU, the rest / num_gpus" if dp
-                                                   else f"/ tp = {tp}"))
-    m2.metric("KV budget per GPU", format_bytes(main["kv_budget_bytes_per_gpu"]),
-              help=f"{main['kv_budget_bytes_per_gpu']:,} B")
-    m3.metric("KV bytes per token per GPU", format_bytes(main["kv_bytes_per_token_per_gpu"]),
-              help=f"{main['kv_bytes_per_token_per_gpu']:,} B, all layers"
-                   + ("; the MLA latent is whole on every TP rank" if model.is_mla and not dp else ""))
-    m4.metric("Memory per GPU", format_bytes(main["memory_bytes_per_gpu"]),
-              help=f"{main['memory_bytes_per_gpu']:,} B; "
-                   + ("typed above" if v["gpu_memory_gib"] else "the preset's vendor figure read as GiB"))
+    metric_row([
+        Metric("Weights per GPU", format_bytes(main["weights_bytes_per_gpu"]),
+               help=f"{main['weights_bytes_per_gpu']:,} B: {main['params_total']:,} parameters as "
+                    f"{main['weights_dtype']}, " + ("attention whole on every GPU, the rest / num_gpus" if dp
+                                                    else f"/ tp = {tp}")),
+        Metric("KV budget per GPU", format_bytes(main["kv_budget_bytes_per_gpu"]),
+               help=f"{main['kv_budget_bytes_per_gpu']:,} B"),
+        Metric("KV bytes per token per GPU", format_bytes(main["kv_bytes_per_token_per_gpu"]),
+               help=f"{main['kv_bytes_per_token_per_gpu']:,} B, all layers"
+                    + ("; the MLA latent is whole on every TP rank" if model.is_mla and not dp else "")),
+        Metric("Memory per GPU", format_bytes(main["memory_bytes_per_gpu"]),
+               help=f"{main['memory_bytes_per_gpu']:,} B; "
+                    + ("typed above" if v["gpu_memory_gib"] else "the preset's vendor figure read as GiB")),
+        Metric("Recurrent state per request", format_bytes(main["state_bytes_per_request_per_gpu"]),
+               help=f"{main['state_bytes_per_request_per_gpu']:,} B per GPU (Mamba, DeltaNet, KDA or lightning "
+                    "layers): held once per sequence whatever its length, counted in each request's bytes")])
     tp_r, dp_r = cv.by_mode["tp"], cv.by_mode["dp"]
     st.markdown(
         f"**How many requests of {format_tokens(T)} of {escape_md(model.name)} fit at once on {num_gpus} × "
@@ -173,13 +175,12 @@ def details(model, gpu, cv):
         f"({dp_r['replicas']} replicas, each GPU holding its own sequences; attention weights whole on every GPU"
         + (f": {format_bytes(dp_r['weights_bytes_per_gpu'])} of weights per GPU, which do not fit"
            if not dp_r["weights_fit"] else "") + ").")
-    t1, t2, _ = st.columns([1, 1, 2])
-    for col, mode, r in ((t1, False, tp_r), (t2, True, dp_r)):
-        col.metric(f"With {mode_name(mode, tp)}: whole requests" + (" (as set)" if mode == dp else ""),
-                   _requests(r["max_concurrent_requests"]),
-                   help=f"{format_tokens(r['max_tokens_total'])} in the deployment; weights "
-                        f"{format_bytes(r['weights_bytes_per_gpu'])} and KV budget "
-                        f"{format_bytes(r['kv_budget_bytes_per_gpu'])} per GPU")
+    metric_row([Metric(f"With {mode_name(mode, tp)}: whole requests" + (" (as set)" if mode == dp else ""),
+                        _requests(r["max_concurrent_requests"]),
+                        help=f"{format_tokens(r['max_tokens_total'])} in the deployment; weights "
+                             f"{format_bytes(r['weights_bytes_per_gpu'])} and KV budget "
+                             f"{format_bytes(r['kv_budget_bytes_per_gpu'])} per GPU")
+                 for mode, r in ((False, tp_r), (True, dp_r))] + [None], [1, 1, 2])
 
 
 PARTS = [("weights", "weights", "#0072B2"), ("kv_in_use", "KV in use", "#D55E00"),
@@ -318,16 +319,16 @@ def allocator(model, cv):
         f"**{format_bytes(w['latent']['kv_bytes_per_token_per_gpu'])}** is needed, and admits "
         f"**{_requests(w['expanded']['max_concurrent_requests'])}** whole requests of {format_tokens(T)} at once "
         f"instead of **{_requests(w['latent']['max_concurrent_requests'])}**.")
-    w1, w2, w3, w4 = st.columns(4)
-    w1.metric("Waste factor (MHA formula / latent)", f"{w['waste_factor']:.1f}x",
-              help=f"{w['expanded']['kv_bytes_per_token_per_gpu']:,} B / "
-                   f"{w['latent']['kv_bytes_per_token_per_gpu']:,} B per token per GPU, {mode_name(dp, tp)}")
-    w2.metric("MHA formula, per token per GPU", format_bytes(w["expanded"]["kv_bytes_per_token_per_gpu"]),
-              help=f"{w['expanded']['kv_bytes_per_token_per_gpu']:,} B, KV {w['expanded']['kv_dtype']}")
-    w3.metric("Requests admitted, MHA formula", _requests(w["expanded"]["max_concurrent_requests"]),
-              help=f"{format_tokens(w['expanded']['max_tokens_total'])} in the deployment")
-    w4.metric("Requests admitted, latent", _requests(w["latent"]["max_concurrent_requests"]),
-              help=f"{format_tokens(w['latent']['max_tokens_total'])} in the deployment")
+    metric_row([
+        Metric("Waste factor (MHA formula / latent)", f"{w['waste_factor']:.1f}x",
+               help=f"{w['expanded']['kv_bytes_per_token_per_gpu']:,} B / "
+                    f"{w['latent']['kv_bytes_per_token_per_gpu']:,} B per token per GPU, {mode_name(dp, tp)}"),
+        Metric("MHA formula, per token per GPU", format_bytes(w["expanded"]["kv_bytes_per_token_per_gpu"]),
+               help=f"{w['expanded']['kv_bytes_per_token_per_gpu']:,} B, KV {w['expanded']['kv_dtype']}"),
+        Metric("Requests admitted, MHA formula", _requests(w["expanded"]["max_concurrent_requests"]),
+               help=f"{format_tokens(w['expanded']['max_tokens_total'])} in the deployment"),
+        Metric("Requests admitted, latent", _requests(w["latent"]["max_concurrent_requests"]),
+               help=f"{format_tokens(w['latent']['max_tokens_total'])} in the deployment")])
     by = aw.by_mode
     st.caption(
         (f"Under TP{tp} the expanded heads split across ranks ({aw.heads_tp} per GPU) while the latent does not, so "
@@ -457,16 +458,17 @@ def _compare_results(model, gpu, cv, configs):
             r, i = c.result, c.i
             if c.no_fit:
                 st.error(escape_md(c.no_fit, 400))
-            st.metric(f"Config {i}: whole requests of {format_tokens(T)}", _requests(r["max_concurrent_requests"]),
-                      help=f"{r['replicas']} replica(s); engine-style max concurrency {r['max_concurrency']:.2f}x")
-            st.metric(f"Config {i}: max tokens in the deployment", format_tokens(r["max_tokens_total"]),
-                      help=format_tokens_exact(r["max_tokens_total"]))
-            st.metric(f"Config {i}: KV budget per GPU", format_bytes(r["kv_budget_bytes_per_gpu"]),
-                      help=f"{r['kv_budget_bytes_per_gpu']:,} B")
-            st.metric(f"Config {i}: KV bytes per token per GPU", format_bytes(r["kv_bytes_per_token_per_gpu"]),
-                      help=f"{r['kv_bytes_per_token_per_gpu']:,} B")
-            st.metric(f"Config {i}: weights per GPU", format_bytes(r["weights_bytes_per_gpu"]),
-                      help=f"{r['weights_bytes_per_gpu']:,} B as {r['weights_dtype']}")
+            metric_row([
+                    Metric(f"Config {i}: whole requests of {format_tokens(T)}", _requests(r["max_concurrent_requests"]),
+                           help=f"{r['replicas']} replica(s); engine-style max concurrency {r['max_concurrency']:.2f}x"),
+                    Metric(f"Config {i}: max tokens in the deployment", format_tokens(r["max_tokens_total"]),
+                           help=format_tokens_exact(r["max_tokens_total"])),
+                    Metric(f"Config {i}: KV budget per GPU", format_bytes(r["kv_budget_bytes_per_gpu"]),
+                           help=f"{r['kv_budget_bytes_per_gpu']:,} B"),
+                    Metric(f"Config {i}: KV bytes per token per GPU", format_bytes(r["kv_bytes_per_token_per_gpu"]),
+                           help=f"{r['kv_bytes_per_token_per_gpu']:,} B"),
+                    Metric(f"Config {i}: weights per GPU", format_bytes(r["weights_bytes_per_gpu"]),
+                           help=f"{r['weights_bytes_per_gpu']:,} B as {r['weights_dtype']}")], stack=True)
     ready = [c for c in every if c.result is not None]
     if len(ready) < 2:
         st.caption("Open \"Configurations 2 and 3\" above and pick a model for either (or load the example) to "

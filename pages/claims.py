@@ -12,6 +12,7 @@ from mla_core.claims import describe_expr, evaluate_all, format_figure, format_s
 from mla_core.errors import MLAError
 from mla_core.views import claims_view
 from ui import charts, layout, state
+from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame, widths
 
 VERDICT_COLORS = {"reproduced": "#009E73", "differs": "#D55E00"}
@@ -62,12 +63,11 @@ def _filters_state() -> dict:
 def summary(cv):
     """The four counts, then (at a desk) the counts by topic and by source."""
     s = cv.summary
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Claims checked", f"{s['total']}")
-    m2.metric("Reproduced", f"{s['reproduced']}")
-    m3.metric("Differ", f"{s['differs']}")
-    m4.metric("Slips replayed and confirmed", f"{s['reason_confirmed']} of {s['replayed']}",
-              help="Differing claims whose reason is itself recomputed (the slip replayed) and gives the stated figure.")
+    metric_row([Metric("Claims checked", f"{s['total']}"), Metric("Reproduced", f"{s['reproduced']}"),
+                 Metric("Differ", f"{s['differs']}"),
+                 Metric("Slips replayed and confirmed", f"{s['reason_confirmed']} of {s['replayed']}",
+                        help="Differing claims whose reason is itself recomputed (the slip replayed) and gives the "
+                             "stated figure.")])
 
 
 def breakdown(cv):
@@ -247,15 +247,14 @@ def estimate_section():
             st.error(escape_md(f"The estimate could not be checked against data/serving_measurements.json: {e}", 400))
             return
         s, goals, aic = acc["summary"], acc["goals"], acc["aic"]
-        e1, e2, e3, e4 = st.columns(4)
-        e1.metric("Cases estimated", f"{s['cases']}")
-        e2.metric("Median |error| of the estimate", f"{s['median_abs_error_pct']:.1f}%",
-                  help=f"Goal: at most {goals['median_abs_error_pct']:.0f}%.")
-        e3.metric(f"Within {goals['within_factor']:g}x", f"{s['within_factor']} of {s['cases']}")
-        if aic["cases"]:
-            e4.metric("aiconfigurator-core's median |error|", f"{aic['aic']['median_abs_error_pct']:.1f}%",
-                      help=f"On the {aic['cases']} cases its engine estimates; ours on the same cases: "
-                           f"{aic['ours']['median_abs_error_pct']:.1f}%.")
+        metric_row([
+            Metric("Cases estimated", f"{s['cases']}"),
+            Metric("Median |error| of the estimate", f"{s['median_abs_error_pct']:.1f}%",
+                   help=f"Goal: at most {goals['median_abs_error_pct']:.0f}%."),
+            Metric(f"Within {goals['within_factor']:g}x", f"{s['within_factor']} of {s['cases']}"),
+            Metric("aiconfigurator-core's median |error|", f"{aic['aic']['median_abs_error_pct']:.1f}%",
+                   help=f"On the {aic['cases']} cases its engine estimates; ours on the same cases: "
+                        f"{aic['ours']['median_abs_error_pct']:.1f}%.") if aic["cases"] else None])
         st.caption(
             f"Goals: median |error| at most {goals['median_abs_error_pct']:.0f}% "
             f"({'met' if acc['meets']['median_abs_error_pct'] else 'not met'}), every case within "
@@ -308,11 +307,11 @@ def accuracy():
     except (MLAError, OSError, ValueError, KeyError, TypeError) as e:
         st.error(escape_md(f"The serving figures in data/serving_measurements.json could not be checked: {e}", 400))
     else:
-        a1, a2, a3 = st.columns(3)
-        a1.metric("Published figures checked", f"{acc['cases']}")
-        a2.metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}")
-        if acc["cases"]:
-            a3.metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
+        metric_row([
+            Metric("Published figures checked", f"{acc['cases']}"),
+            Metric("At or under their bound", f"{acc['within_bound']} of {acc['cases']}"),
+            Metric("Efficiency (measured / bound)", f"{acc['efficiency_min']:.0%} to {acc['efficiency_max']:.0%}")
+            if acc["cases"] else None])
         METRIC_UNITS = {"output_tokens_per_s_per_gpu": "output tokens/s per GPU",
                         "input_tokens_per_s_per_gpu": "input tokens/s per GPU",
                         "tpot_s": "s (TPOT)", "ttft_s": "s (TTFT)",

@@ -16,6 +16,7 @@ from mla_core.units import GiB, format_bytes, format_tokens
 from mla_core.views import kv_ratio, kv_summary, kv_sweep, kv_variants, legend_name
 from mla_core.whatif import hand_set_values
 from ui import charts, layer_map, layout, models, params, state, text, whatif
+from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame
 
 v = state.values()
@@ -157,8 +158,8 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int
     ]
     metrics = [metrics[i] for i in only]
     for i in range(0, len(metrics), columns):
-        for col, (label, n, what) in zip(st.columns(columns), metrics[i:i + columns]):
-            col.metric(label + tag, format_bytes(n), help=f"{n:,} B: {what}")
+        cells = [Metric(label + tag, format_bytes(n), help=f"{n:,} B: {what}") for label, n, what in metrics[i:i + columns]]
+        metric_row(cells + [None] * (columns - len(cells)))
     return s
 
 

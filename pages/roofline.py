@@ -20,6 +20,7 @@ from mla_core.units import (WEIGHT_DTYPES, format_bytes, format_count, format_in
 from mla_core.views import (measured_roof, roofline_gpu, roofline_profiles, roofline_variants, roofline_view,
                             step_sweep, tp_comparison, variant_dims_settable)
 from ui import charts, layout, measured, models, params, state, whatif
+from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame
 
 TFLOPS = 1e12  # flop/s per TFLOP/s (display only)
@@ -182,8 +183,7 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets, profile=None):
     rows = [metrics[:4]] if present else [[metrics[0], metrics[1], metrics[4]], [metrics[2], metrics[3], metrics[5]],
                                           extra]
     for row in rows:
-        for col, (label, value, help_text) in zip(st.columns(len(row)), row):
-            col.metric(label, value, help=help_text)
+        metric_row([Metric(label, value, help=help_text) for label, value, help_text in row])
     if rv.batch_note:
         st.info(escape_md(rv.batch_note, 400))
     if not step["weights_fit_in_memory"]:

@@ -26,6 +26,7 @@ from mla_core.views import (NOT_SERVED, TRAFFIC_MAX_PROMPTS, TRAFFIC_MODES, TRAF
                             traffic_view)
 from ui import charts, layout, models, state
 from ui.collectives import LINK_KEY
+from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame
 
 v = state.values()
@@ -150,9 +151,6 @@ def _usd(x) -> str:
     return "n/a" if x is None else f"${x:,.3f}"
 
 
-def _bound(text: str) -> dict:
-    """A metric's delta slot holding the bound beside the estimate (grey, no arrow)."""
-    return dict(delta=text, delta_color="off", delta_arrow="off")
 
 
 def headline(model, plan):
@@ -164,39 +162,38 @@ def headline(model, plan):
     what = ("est." if present else "estimate") if h.estimated else ("bound" if present else "lower bound")
     rate = "estimate" if h.estimated else "upper bound"
     bound = {} if (present or not h.estimated) else {  # a slide says the bounds in one line below
-        "ttft": _bound(f"bound {format_seconds(h.bound_ttft_s)}"),
-        "tpot": _bound(f"bound {format_seconds(h.bound_tpot_s)}"),
-        "user": _bound(f"bound {h.bound_tokens_per_s_per_user:,.1f}"),
-        "gpu": _bound(f"bound {h.bound_tokens_per_s_per_gpu:,.1f}")}
+        "ttft": f"bound {format_seconds(h.bound_ttft_s)}", "tpot": f"bound {format_seconds(h.bound_tpot_s)}",
+        "user": f"bound {h.bound_tokens_per_s_per_user:,.1f}", "gpu": f"bound {h.bound_tokens_per_s_per_gpu:,.1f}"}
     if not present:
         st.caption(f"**{escape_md(model.name)}** on {v['num_gpus']:,} × **{escape_md(gpu_name)}**, "
                    f"{v['input_len']:,} in / {v['output_len']:,} out, {len(plan.points):,} points tried.")
-    m1, m2, m3, m4, m5 = st.columns([2.8, 0.9, 0.9, 1, 1] if present else [2, 1, 1, 1, 1])
-    m1.metric("Best split", h.split, help=f"batch {h.batch:,} of the whole deployment (memory holds "
-                                          f"{h.max_batch:,}); what binds: {h.limit}")
-    m2.metric(f"TTFT, {what}", format_seconds(h.ttft_s), **bound.get("ttft", {}),
-              help=f"one request's prefill, no queueing; bound {format_seconds(h.bound_ttft_s)} "
-                   f"({h.prefill_bound} bound)")
-    m3.metric(f"TPOT, {what}", format_seconds(h.tpot_s), **bound.get("tpot", {}),
-              help=f"a decode step / tokens a step; bound {format_seconds(h.bound_tpot_s)} ({h.bound} bound)")
-    m4.metric("Tokens/s/user" if present else f"Tokens/s per user, {rate}", f"{h.tokens_per_s_per_user:,.1f}",
-              **bound.get("user", {}), help=f"{rate}; bound {h.bound_tokens_per_s_per_user:,.1f}")
-    m5.metric("Tokens/s/GPU" if present else f"Tokens/s per GPU, {rate}", f"{h.tokens_per_s_per_gpu:,.1f}",
-              **bound.get("gpu", {}),
-              help=f"decode steps; bound {h.bound_tokens_per_s_per_gpu:,.1f}; "
-                   f"{format_count(h.tokens_per_s)} output tokens/s for the deployment")
+    metric_row([
+        Metric("Best split", h.split, help=f"batch {h.batch:,} of the whole deployment (memory holds "
+                                           f"{h.max_batch:,}); what binds: {h.limit}"),
+        Metric(f"TTFT, {what}", format_seconds(h.ttft_s), delta=bound.get("ttft"),
+               help=f"one request's prefill, no queueing; bound {format_seconds(h.bound_ttft_s)} "
+                    f"({h.prefill_bound} bound)"),
+        Metric(f"TPOT, {what}", format_seconds(h.tpot_s), delta=bound.get("tpot"),
+               help=f"a decode step / tokens a step; bound {format_seconds(h.bound_tpot_s)} ({h.bound} bound)"),
+        Metric("Tokens/s/user" if present else f"Tokens/s per user, {rate}", f"{h.tokens_per_s_per_user:,.1f}",
+               delta=bound.get("user"), help=f"{rate}; bound {h.bound_tokens_per_s_per_user:,.1f}"),
+        Metric("Tokens/s/GPU" if present else f"Tokens/s per GPU, {rate}", f"{h.tokens_per_s_per_gpu:,.1f}",
+               delta=bound.get("gpu"),
+               help=f"decode steps; bound {h.bound_tokens_per_s_per_gpu:,.1f}; "
+                    f"{format_count(h.tokens_per_s)} output tokens/s for the deployment")],
+        [2.8, 0.9, 0.9, 1, 1] if present else [2, 1, 1, 1, 1])
     if present:  # a slide: the source, confidence and bounds are the frontier's title (slide_title)
         return
     st.caption(escape_md(f"Source: {h.kind}. {h.sentence}", 600))
-    m6, m7, m8, m9 = st.columns([2, 1, 1, 1])
-    m6.metric("Output tokens/s per GPU, whole requests",
-              "n/a" if h.output_tokens_per_s_per_gpu is None else f"{h.output_tokens_per_s_per_gpu:,.1f}",
-              help="Output tokens / wall time at this batch, prefill included (as offline benchmarks count).")
-    m7.metric("$ per million output tokens", _usd(h.usd_per_million_output_tokens),
-              help="Your GPU-hour price x GPUs / output tokens an hour (the bound's rate).")
-    m8.metric("$ per million input tokens", _usd(h.usd_per_million_input_tokens),
-              help="From the prefill throughput (cached prefix tokens count as input).")
-    m9.metric("Batch (sequences)", f"{h.batch:,}")
+    metric_row([
+        Metric("Output tokens/s per GPU, whole requests",
+               "n/a" if h.output_tokens_per_s_per_gpu is None else f"{h.output_tokens_per_s_per_gpu:,.1f}",
+               help="Output tokens / wall time at this batch, prefill included (as offline benchmarks count)."),
+        Metric("$ per million output tokens", _usd(h.usd_per_million_output_tokens),
+               help="Your GPU-hour price x GPUs / output tokens an hour (the bound's rate)."),
+        Metric("$ per million input tokens", _usd(h.usd_per_million_input_tokens),
+               help="From the prefill throughput (cached prefix tokens count as input)."),
+        Metric("Batch (sequences)", f"{h.batch:,}")], [2, 1, 1, 1])
 
 
 def breakdown(plan):
@@ -385,16 +382,17 @@ def traffic(model, gpu, plan, dep_kw):
         st.info(escape_md(t.reason, 400))
         return
     r = t.result
-    m1, m2, m3, m4, m5 = st.columns(5)
-    m1.metric("p99 TTFT", _ms(r.ttft_s.p99), help=f"p50 {_ms(r.ttft_s.p50)}, mean {_ms(r.ttft_s.mean)}")
-    m2.metric("p99 TPOT", _ms(r.tpot_s.p99), help=f"p50 {_ms(r.tpot_s.p50)}, mean {_ms(r.tpot_s.mean)}")
-    m3.metric("Goodput, requests/s", "n/a" if t.goodput_rps is None else f"{t.goodput_rps:,.2f}",
-              help="Requests a second meeting every objective (vLLM's --goodput).")
-    m4.metric("Max rate at SLO, requests/s", "n/a" if t.max_rate_at_slo is None else f"{t.max_rate_at_slo:,.3g}",
-              help="The highest Poisson rate whose p99 TTFT and TPOT meet the objectives (bisection). "
-                   + escape_md(t.max_rate_note, 200))
-    m5.metric("Throughput, requests/s", f"{r.request_throughput:,.2f}",
-              help=f"{r.output_tokens_per_s:,.1f} output tokens/s; {'SATURATED: the queue grows without bound' if r.saturated else 'not saturated'}")
+    metric_row([
+        Metric("p99 TTFT", _ms(r.ttft_s.p99), help=f"p50 {_ms(r.ttft_s.p50)}, mean {_ms(r.ttft_s.mean)}"),
+        Metric("p99 TPOT", _ms(r.tpot_s.p99), help=f"p50 {_ms(r.tpot_s.p50)}, mean {_ms(r.tpot_s.mean)}"),
+        Metric("Goodput, requests/s", "n/a" if t.goodput_rps is None else f"{t.goodput_rps:,.2f}",
+               help="Requests a second meeting every objective (vLLM's --goodput)."),
+        Metric("Max rate at SLO, requests/s", "n/a" if t.max_rate_at_slo is None else f"{t.max_rate_at_slo:,.3g}",
+               help="The highest Poisson rate whose p99 TTFT and TPOT meet the objectives (bisection). "
+                    + t.max_rate_note),
+        Metric("Throughput, requests/s", f"{r.request_throughput:,.2f}",
+               help=f"{r.output_tokens_per_s:,.1f} output tokens/s; "
+                    + ("SATURATED: the queue grows without bound" if r.saturated else "not saturated"))])
     cols = st.columns(2)
     for col, name, p50, p99, slo in ((cols[0], "TTFT", t.ttft_p50, t.ttft_p99, t.ttft_slo_s),
                                      (cols[1], "TPOT", t.tpot_p50, t.tpot_p99, t.tpot_slo_s)):
@@ -449,15 +447,15 @@ def pd_pools(model, gpu, plan, dep_kw):
         st.error(escape_md(f"No disaggregated pair: {d.reason}", 400))
         return
     r = d.result
-    m1, m2, m3, m4, m5 = st.columns(5)
-    m1.metric("TTFT with the KV transfer", format_seconds(r.ttft_s), **_bound(f"bound {format_seconds(r.bound['ttft_s'])}"))
-    m2.metric("KV transfer", format_seconds(r.kv_transfer_s),
-              help=escape_md(f"{format_bytes(r.kv_transfer_bytes)} a request, {format_bytes(r.kv_transfer_bytes_per_gpu)}"
-                             f" on the busiest GPU over {r.link}", 300))
-    m3.metric("TPOT", format_seconds(r.tpot_s), **_bound(f"bound {format_seconds(r.bound['tpot_s'])}"))
-    m4.metric("Output tokens/s per GPU", f"{r.output_tokens_per_s_per_gpu:,.1f}",
-              **_bound(f"bound {r.bound['output_tokens_per_s_per_gpu']:,.1f}"))
-    m5.metric("Requests/s", f"{r.request_rate:,.2f}", help=f"what limits it: {r.limit}")
+    metric_row([
+        Metric("TTFT with the KV transfer", format_seconds(r.ttft_s), delta=f"bound {format_seconds(r.bound['ttft_s'])}"),
+        Metric("KV transfer", format_seconds(r.kv_transfer_s),
+               help=f"{format_bytes(r.kv_transfer_bytes)} a request, {format_bytes(r.kv_transfer_bytes_per_gpu)} "
+                    f"on the busiest GPU over {r.link}"),
+        Metric("TPOT", format_seconds(r.tpot_s), delta=f"bound {format_seconds(r.bound['tpot_s'])}"),
+        Metric("Output tokens/s per GPU", f"{r.output_tokens_per_s_per_gpu:,.1f}",
+               delta=f"bound {r.bound['output_tokens_per_s_per_gpu']:,.1f}"),
+        Metric("Requests/s", f"{r.request_rate:,.2f}", help=f"what limits it: {r.limit}")])
     st.dataframe(frame([{"pool": p.role, "GPUs": p.num_gpus, "split": p.split, "tp": p.tp, "pp": p.pp,
                          "moe_tp": p.moe_tp, "ep": p.ep, "replicas": p.replicas,
                          "requests/s": f"{p.requests_per_s:,.2f}", "requests/s bound": f"{p.requests_per_s_bound:,.2f}"}

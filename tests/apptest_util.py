@@ -1,8 +1,12 @@
 """Helpers for AppTest-based tests of the Streamlit app."""
 import os
+from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from ui import metrics as ui_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
@@ -31,11 +35,36 @@ def no_exceptions(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+class _MetricReader(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.found: list[SimpleNamespace] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "data-label" in a:
+            self.found.append(SimpleNamespace(label=a["data-label"], value=a["data-value"], help=a.get("data-help"),
+                                              delta=a.get("data-delta")))
+
+
+def metrics(at: AppTest) -> list[SimpleNamespace]:
+    """Every key number the page drew (ui.metrics rows, in page order), each with .label, .value,
+    .help and .delta as the reader sees them (the attributes ui.metrics.Metric.html writes)."""
+    out = []
+    for h in at.get("html"):
+        if ui_metrics.ROW_CLASS in h.proto.body:
+            reader = _MetricReader()
+            reader.feed(h.proto.body)
+            out += reader.found
+    return out
+
+
 def metric(at: AppTest, label_start: str) -> str:
-    for m in at.metric:
+    found = metrics(at)
+    for m in found:
         if m.label.startswith(label_start):
             return m.value
-    raise AssertionError(f"no metric starting {label_start!r}: {[m.label for m in at.metric]}")
+    raise AssertionError(f"no metric starting {label_start!r}: {[m.label for m in found]}")
 
 
 def plain(text: str) -> str:

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from apptest_util import chart_specs, isolated_store, ROOT, no_exceptions, run_page
+from apptest_util import chart_specs, isolated_store, metrics, ROOT, no_exceptions, run_page
 from mla_core.store import history, report
 from mla_core.bench.config import MEMORY_HEADROOM, memory_check
 from mla_core.store.errors import BenchBusy, BenchCancelled
@@ -55,10 +55,10 @@ def _table(at):
 
 
 def _metric(at, label: str) -> str:
-    for m in at.metric:
+    for m in metrics(at):
         if m.label == label:
             return m.value
-    raise AssertionError(f"no metric {label!r}: {[m.label for m in at.metric]}")
+    raise AssertionError(f"no metric {label!r}: {[m.label for m in metrics(at)]}")
 
 
 def _figures(at) -> list[dict]:

@@ -5,7 +5,7 @@ import pytest
 
 from ui import params
 
-from apptest_util import chart_specs, metric, no_exceptions, plain, run_page, shown
+from apptest_util import chart_specs, metric, metrics, no_exceptions, plain, run_page, shown
 from mla_core.presets import load_gpu, load_model
 from mla_core.serving import Workload, search
 from mla_core.units import format_seconds
@@ -42,8 +42,8 @@ def test_page_shows_the_cores_best_point_and_commands():
     assert metric(at, "TPOT, estimate") == format_seconds(e.tpot_s)
     assert metric(at, "Tokens/s per user, estimate") == f"{e.tokens_per_s_per_user:,.1f}"
     assert metric(at, "Tokens/s per GPU, estimate") == f"{e.tokens_per_s_per_gpu:,.1f}"
-    tpot = next(m for m in at.metric if m.label.startswith("TPOT, estimate"))
-    assert tpot.proto.delta == f"bound {format_seconds(best.tpot_s)}"
+    tpot = next(m for m in metrics(at) if m.label.startswith("TPOT, estimate"))
+    assert tpot.delta == f"bound {format_seconds(best.tpot_s)}"
     assert metric(at, "$ per million output tokens") == f"${best.usd_per_million_output_tokens:,.3f}"
     h = serving_headline(plan)
     assert h.source == e.source and h.confidence == e.confidence
@@ -242,7 +242,7 @@ def test_the_traffic_section_shows_the_cores_run_and_sweep():
 def test_the_traffic_section_is_off_until_asked_for():
     at = run_page(PAGE, **LINK)
     assert at.toggle(key="traffic").value is False
-    assert not [m for m in at.metric if m.label.startswith("p99 TTFT")]
+    assert metrics(at) and not [m for m in metrics(at) if m.label.startswith("p99 TTFT")]
 
 
 def test_prefill_decode_pools_show_both_splits_transfer_and_commands():

@@ -107,9 +107,9 @@ def test_link_state_survives_navigation_in_the_browser(server, browser, shots):
     page.close()
 
 
-CUT_METRICS = """() => [...document.querySelectorAll('[data-testid="stMetricValue"] p, [data-testid="stMetricLabel"] p')]
+CUT_METRICS = """() => [...document.querySelectorAll('.mla-metric-value, .mla-metric-label')]
     .filter(e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right >
-                 e.closest('[data-testid="stColumn"]').getBoundingClientRect().right + 1)
+                 e.closest('.mla-metric').getBoundingClientRect().right + 1)
     .map(e => e.innerText)"""
 
 
@@ -138,12 +138,12 @@ def test_every_page_is_one_slide_in_presentation_mode(server, browser, shots, pa
     time.sleep(1)  # let Plotly lay out at its final size
     page.screenshot(path=os.path.join(shots, f"slide_{name}.png"), full_page=False)
     assert page.locator('[data-testid="stException"]').count() == 0, text[:2000]
-    px = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('[data-testid=\"stMetricValue\"] p')).fontSize)")
+    px = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.mla-metric-value')).fontSize)")
     assert px >= 40, px  # projector-sized key numbers
     assert page.evaluate(CUT_METRICS) == []  # none cut short ("1.49M tokens" wraps, never "1.49M to...")
     bottom = page.evaluate(MAIN_CHART_BOTTOM)
     assert bottom is not None and bottom <= SLIDE[1], f"{name}: the main chart ends at {bottom}px, below the slide"
-    metrics_bottom = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMetricValue\"]')]"
+    metrics_bottom = page.evaluate("() => Math.max(...[...document.querySelectorAll('.mla-metric-value')]"
                                    ".slice(0, 4).map(e => e.getBoundingClientRect().bottom))")
     assert metrics_bottom <= SLIDE[1]
     if titled:
@@ -153,9 +153,9 @@ def test_every_page_is_one_slide_in_presentation_mode(server, browser, shots, pa
 
 
 def _metric_text(page, label_start: str) -> str:
-    for m in page.locator('[data-testid="stMetric"]').all():
-        if m.locator('[data-testid="stMetricLabel"]').inner_text().strip().startswith(label_start):
-            return m.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    for m in page.locator('.mla-metric').all():
+        if m.locator('.mla-metric-label').inner_text().strip().startswith(label_start):
+            return m.locator('.mla-metric-value').inner_text().strip()
     raise AssertionError(f"no metric {label_start!r}")
 
 

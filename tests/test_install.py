@@ -193,7 +193,10 @@ def test_installed_app_runs_its_default_page(installed):
         "from streamlit.testing.v1 import AppTest\n"
         "at = AppTest.from_file(os.path.join(sys.argv[1], 'app.py'), default_timeout=120).run()\n"
         "assert not at.exception, [x.message for x in at.exception]\n"
-        "print('\\n'.join(f'{m.label}: {m.value}' for m in at.metric))\n"
+        "import html, re\n"
+        "for h in at.get('html'):\n"
+        "    for label, value in re.findall(r'data-label=\"([^\"]*)\" data-value=\"([^\"]*)\"', h.proto.body):\n"
+        "        print(f'{html.unescape(label)}: {html.unescape(value)}')\n"
     )
     app = subprocess.run([_venv_python(venv), "-c", "import mla_core.entry as e; print(e.app_root())"],
                          capture_output=True, text=True, cwd=work, env=env).stdout.strip()

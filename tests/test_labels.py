@@ -76,7 +76,9 @@ def _page_text(at) -> str:
     """Every text a page shows: titles, markdown, captions, metrics, table heads and cells, chart specs."""
     parts = [e.value for kind in ("title", "header", "subheader", "markdown", "caption", "info", "warning", "error")
              for e in getattr(at, kind)]
-    parts += [f"{m.label} {m.value} {m.proto.help}" for m in at.metric]
+    from apptest_util import metrics
+
+    parts += [f"{m.label} {m.value} {m.help}" for m in metrics(at)]
     for df in at.dataframe:
         parts += [str(c) for c in df.value.columns] + [str(x) for x in df.value.astype(str).to_numpy().ravel()]
     from apptest_util import chart_specs

@@ -11,6 +11,7 @@ from mla_core.units import format_bytes, format_count, format_intensity, format_
 from . import bench_model, bench_runs, charts, measured
 from .bench_common import GB, MAX_MESSAGES, TFLOP, flush, load, set_shown
 from .charts import plot
+from .metrics import Metric, metric_row
 from .text import csv_text, escape_md, frame
 
 ss = st.session_state
@@ -39,15 +40,15 @@ def render(shown: dict, present: bool, *, slide: bool = False) -> None:
         st.warning(escape_md("This run was disturbed: " + "; ".join(reasons) + ". Its numbers understate the "
                              "machine; comparisons leave it out unless asked.", 800))
     cs = report.ceiling_summary(shown)
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Copy bandwidth (measured)", format_rate(cs["copy_GBps"] * GB, "B/s") if cs["copy_GBps"] else "n/a",
-              help="dst.copy_(src) on buffers far larger than the last-level cache; counts 2N bytes (read + write).")
-    m2.metric("Read bandwidth (measured)", format_rate(cs["read_GBps"] * GB, "B/s") if cs["read_GBps"] else "n/a",
-              help="src.sum(): N bytes read. The predictions use this figure (copy's when read was not run).")
-    m3.metric("Matmul (measured)", format_rate(cs["matmul_TFLOPs"] * TFLOP, "FLOP/s") if cs["matmul_TFLOPs"]
-              else "n/a", help=f"n x n x n at {dev['dtype']}, 2 n^3 flops.")
-    m4.metric("Ridge point (measured)", format_intensity(cs["ridge_flop_per_byte"]) if cs["ridge_flop_per_byte"]
-              else "n/a", help="matmul throughput / bandwidth: below it a kernel is memory bound on this device.")
+    metric_row([
+        Metric("Copy bandwidth (measured)", format_rate(cs["copy_GBps"] * GB, "B/s") if cs["copy_GBps"] else "n/a",
+               help="dst.copy_(src) on buffers far larger than the last-level cache; counts 2N bytes (read + write)."),
+        Metric("Read bandwidth (measured)", format_rate(cs["read_GBps"] * GB, "B/s") if cs["read_GBps"] else "n/a",
+               help="src.sum(): N bytes read. The predictions use this figure (copy's when read was not run)."),
+        Metric("Matmul (measured)", format_rate(cs["matmul_TFLOPs"] * TFLOP, "FLOP/s") if cs["matmul_TFLOPs"]
+               else "n/a", help=f"n x n x n at {dev['dtype']}, 2 n^3 flops."),
+        Metric("Ridge point (measured)", format_intensity(cs["ridge_flop_per_byte"]) if cs["ridge_flop_per_byte"]
+               else "n/a", help="matmul throughput / bandwidth: below it a kernel is memory bound on this device.")])
     rows = report.kernel_rows(shown)
     if slide:  # the slide: the measured roofline right under the ceilings
         _roofline(shown, rows, cs, present, slide=True)
@@ -62,15 +63,15 @@ def _details(shown: dict, rows: list, cs: dict, present: bool) -> None:
     """The datasheet comparison, the MLA accuracy checks, the kernel table and the run's notes."""
     dev = shown["device"]
     if cs["datasheet"]:
-        d1, d2, d3, d4 = st.columns(4)
-        d1.metric(f"Datasheet bandwidth ({cs['preset']})", format_rate(cs["peak_bandwidth_GBps"] * GB, "B/s"),
-                  help=cs["peak_source"])
-        d2.metric("Datasheet peak (dense bf16)", format_rate(cs["peak_TFLOPs"] * TFLOP, "FLOP/s"),
-                  help=cs["peak_source"])
-        d3.metric("Measured / datasheet bandwidth", f"{cs['bandwidth_share_of_peak']:.0%}"
-                  if cs["bandwidth_share_of_peak"] else "n/a")
-        d4.metric("Measured / datasheet matmul", f"{cs['compute_share_of_peak']:.0%}"
-                  if cs["compute_share_of_peak"] else "n/a")
+        metric_row([
+            Metric(f"Datasheet bandwidth ({cs['preset']})", format_rate(cs["peak_bandwidth_GBps"] * GB, "B/s"),
+                   help=cs["peak_source"]),
+            Metric("Datasheet peak (dense bf16)", format_rate(cs["peak_TFLOPs"] * TFLOP, "FLOP/s"),
+                   help=cs["peak_source"]),
+            Metric("Measured / datasheet bandwidth", f"{cs['bandwidth_share_of_peak']:.0%}"
+                   if cs["bandwidth_share_of_peak"] else "n/a"),
+            Metric("Measured / datasheet matmul", f"{cs['compute_share_of_peak']:.0%}"
+                   if cs["compute_share_of_peak"] else "n/a")])
     elif cs["peak_bandwidth_GBps"] and cs["peak_TFLOPs"]:
         st.caption(f"No datasheet for this device: its bounds ({format_rate(cs['peak_bandwidth_GBps'] * GB, 'B/s')}, "
                    f"{format_rate(cs['peak_TFLOPs'] * TFLOP, 'FLOP/s')}) are sanity limits that only flag timing "

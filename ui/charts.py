@@ -401,10 +401,10 @@ html, body, [data-testid="stAppViewContainer"] { font-size: 1.35rem; }
 /* One slide per page at 1280 x 720: a slim frame, the header see-through above the title. */
 [data-testid="stHeader"] { background: transparent; }
 [data-testid="stMainBlockContainer"] { padding: 1.4rem 2rem 2rem 2rem !important; max-width: 100% !important; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] p { font-size: 2.0rem !important; line-height: 1.15; }
-[data-testid="stMetricLabel"] p { font-size: 1.0rem !important; }
+.mla-metric-value { font-size: 2.0rem !important; line-height: 1.15 !important; }
+.mla-metric-label { font-size: 1.0rem !important; }
 /* Big numbers wrap instead of being cut to "1.49M to..." on a projector's narrower screen. */
-[data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] * {
+.mla-metric-value, .mla-metric-label {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 h1 { font-size: 2.2rem !important; }
 h2 { font-size: 1.6rem !important; padding: 0 0 0.2rem 0 !important; }

@@ -20,6 +20,7 @@ from mla_core.errors import MLAError
 from mla_core.units import format_bytes, format_seconds
 
 from . import charts
+from .metrics import Metric, metric_row
 from .text import escape_md, frame
 
 LINK_KEY = "bench_link_bandwidth"  # what the serving pages read
@@ -112,7 +113,8 @@ def section(present: bool = False) -> None:
     except MLAError as e:
         c2.warning(escape_md(str(e), 300))
         return
-    c2.metric(f"{op} busbw at {format_bytes(link.size_bytes)}", f"{link.link_bandwidth_Bps / 1e9:,.1f} GB/s")
+    metric_row([Metric(f"{op} busbw at {format_bytes(link.size_bytes)}", f"{link.link_bandwidth_Bps / 1e9:,.1f} GB/s")],
+                container=c2)
     chosen = ss.get(LINK_KEY)
     using = bool(chosen) and chosen.get("source") == link.source
     if st.toggle("Use this measured bus bandwidth for the serving model's communication (instead of the datasheet "

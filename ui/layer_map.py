@@ -7,6 +7,7 @@ import streamlit as st
 from mla_core.layermap import LayerMap
 from mla_core.units import format_bytes, format_tokens
 from ui import charts, layout
+from ui.metrics import Metric, metric_row
 
 # One colour per cache kind (Okabe-Ito); kinds the table does not name fall back to grey.
 KIND_COLORS = {
@@ -45,15 +46,15 @@ def figure(lm: LayerMap, present: bool = False) -> plot.Figure:
 def section(lm: LayerMap, present: bool = False) -> None:
     """The layer map with the state beside the per-token cache, and the all-full-attention figure."""
     st.subheader("Layer map")
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Per-token cache, one sequence", format_bytes(lm.kv_bytes_per_sequence),
-              help=f"{lm.kv_bytes_per_sequence:,} B at {lm.context:,} tokens (windows and chunks applied)")
-    c2.metric("State, one sequence", format_bytes(lm.state_bytes_per_sequence),
-              help=f"{lm.state_bytes_per_sequence:,} B (recurrent layers' state, DeepSeek-V4's compressor state), "
-                   "the same at every context")
-    c3.metric("If every layer were full attention", format_bytes(lm.all_full_attention_bytes_per_sequence),
-              help=f"{lm.all_full_attention_bytes_per_sequence:,} B: the same attention shape in all "
-                   f"{len(lm.cells)} layers, no state")
+    metric_row([
+        Metric("Per-token cache, one sequence", format_bytes(lm.kv_bytes_per_sequence),
+               help=f"{lm.kv_bytes_per_sequence:,} B at {lm.context:,} tokens (windows and chunks applied)"),
+        Metric("State, one sequence", format_bytes(lm.state_bytes_per_sequence),
+               help=f"{lm.state_bytes_per_sequence:,} B (recurrent layers' state, DeepSeek-V4's compressor state), "
+                    "the same at every context"),
+        Metric("If every layer were full attention", format_bytes(lm.all_full_attention_bytes_per_sequence),
+               help=f"{lm.all_full_attention_bytes_per_sequence:,} B: the same attention shape in all "
+                    f"{len(lm.cells)} layers, no state")])
     if not lm.uniform:
         charts.show(figure(lm, present), "layer-map")
         return

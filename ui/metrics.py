@@ -1,0 +1,93 @@
+"""A row of key numbers as one element: what st.metric in st.columns draws, at a fraction of the
+browser's work.
+
+Measured in chromium (benchmarks/element_costs.py --browser): a row of four st.metric in
+st.columns is nine Streamlit nodes (a horizontal block, four columns, four metrics) that React
+re-renders and restyles on every rerun that draws them; one st.html element of the same four
+numbers is one. Ten such rows take 72 ms of a slider's redraw as st.metric in columns against
+22 ms as metric rows of this module, on the 2-core machine of the README.
+
+Each number is a `Metric` (label, value, help, and a grey note under the value: a bound beside an
+estimate); `metric_row` draws them side by side, wrapping on a narrow window. The label and value are
+plain text (escaped here: a model's name from an uploaded config is shown as typed). The help is
+the tooltip of the "?" after the label, as st.metric's. Tests read them back with
+tests/apptest_util.metrics (the data-* attributes of each number).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Sequence
+
+import streamlit as st
+
+ROW_CLASS = "mla-metrics"
+CSS = """<style>
+.mla-metrics { display: flex; flex-wrap: wrap; column-gap: 1rem; row-gap: 0.5rem; margin: 0; }
+.mla-metrics.mla-stack { flex-direction: column; }
+.mla-metric { min-width: 6rem; }
+.mla-metric-label { font-size: 0.875rem; line-height: 1.5; min-height: 1.5rem; }
+.mla-metric-value { font-size: 2.25rem; line-height: 1.2; padding-bottom: 0.25rem; white-space: nowrap;
+  overflow: hidden; text-overflow: ellipsis; }
+.mla-nowrap { white-space: nowrap; }
+.mla-metric-delta { font-size: 1rem; opacity: 0.6; }
+.mla-help { position: relative; display: inline-flex; align-items: center; justify-content: center;
+  width: 1rem; height: 1rem; margin-left: 0.35rem; vertical-align: -0.15rem; border: 1.5px solid currentColor; border-radius: 50%; font-size: 0.7rem;
+  font-weight: 600; opacity: 0.6; cursor: help; }
+.mla-help:hover, .mla-help:focus { opacity: 1; }
+.mla-help:hover::after, .mla-help:focus::after { content: attr(aria-label); position: absolute; z-index: 1000;
+  top: 1.4rem; left: -0.5rem; width: max-content; max-width: 22rem; padding: 0.5rem 0.75rem;
+  border-radius: 0.5rem; font-size: 0.875rem; font-weight: 400; line-height: 1.4; white-space: normal;
+  color: var(--mla-tip-fg, #fafafa); background: var(--mla-tip-bg, #262730); box-shadow: 0 2px 8px rgba(0,0,0,0.25); }
+</style>"""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One key number as a reader sees it. Plain text throughout (no Markdown).
+
+    label: what it is ("KV bytes per token"); value: the formatted number ("68.6 KiB");
+    help: the exact figure or its formula, shown on hovering the "?" (None: no "?");
+    delta: a grey note under the value, e.g. "bound 41.2 ms" beside an estimate (None: none)."""
+
+    label: str
+    value: str
+    help: str | None = None
+    delta: str | None = None
+
+    def html(self, width: float) -> str:
+        data = f' data-label="{escape(self.label)}" data-value="{escape(self.value)}"'
+        if self.help:
+            data += f' data-help="{escape(self.help)}"'
+        if self.delta:
+            data += f' data-delta="{escape(self.delta)}"'
+        tip = (f'<span class="mla-help" tabindex="0" role="img" aria-label="{escape(self.help)}">?</span>'
+               if self.help else "")
+        delta = f'<div class="mla-metric-delta">{escape(self.delta)}</div>' if self.delta else ""
+        head, _, last = self.label.rpartition(" ")  # the "?" stays on the line of the label's last word
+        label = (escape(head + " " if head else "") + f'<span class="mla-nowrap">{escape(last)}{tip}</span>' if tip
+                 else escape(self.label))
+        return (f'<div class="mla-metric" style="flex: {width:g} 1 0"{data}>'
+                f'<div class="mla-metric-label">{label}</div>'
+                f'<div class="mla-metric-value" title="{escape(self.value)}">{escape(self.value)}</div>{delta}</div>')
+
+
+def metric_row_html(metrics: Sequence[Metric | None], widths: Sequence[float] | None = None, stack: bool = False) -> str:
+    """The HTML of one row: each metric's share of the width is its entry of `widths` (as
+    st.columns' spec; default equal); a None entry is an empty slot of its width. `stack`: one
+    above the other instead (a column of numbers).
+
+    Raises ValueError when `widths` does not give one width per entry."""
+    widths = list(widths) if widths is not None else [1.0] * len(metrics)
+    if len(widths) != len(metrics):
+        raise ValueError(f"{len(widths)} widths for {len(metrics)} metrics")
+    cells = [m.html(w) if m is not None else f'<div class="mla-metric" style="flex: {w:g} 1 0"></div>'
+             for m, w in zip(metrics, widths)]
+    return CSS + f'<div class="{ROW_CLASS}{" mla-stack" if stack else ""}">' + "".join(cells) + "</div>"
+
+
+def metric_row(metrics: Sequence[Metric | None], widths: Sequence[float] | None = None, *, stack: bool = False,
+        container=None) -> None:
+    """Draw one row of key numbers as one element (st.html) in `container` (default: where the
+    page is drawing). See metric_row_html for `widths` and `stack`."""
+    (container or st).html(metric_row_html(metrics, widths, stack))
