@@ -1,11 +1,11 @@
 """A row of key numbers as one element: what st.metric in st.columns draws, at a fraction of the
 browser's work.
 
-Measured in chromium (benchmarks/element_costs.py --browser): a row of four st.metric in
-st.columns is nine Streamlit nodes (a horizontal block, four columns, four metrics) that React
-re-renders and restyles on every rerun that draws them; one st.html element of the same four
-numbers is one. Ten such rows take 72 ms of a slider's redraw as st.metric in columns against
-22 ms as metric rows of this module, on the 2-core machine of the README.
+Measured in chromium (`benchmarks/element_costs.py --browser`, benchmarks/element_costs_browser.json,
+the 2-core machine of the README): a row of four st.metric in st.columns is nine Streamlit nodes
+(a horizontal block, four columns, four metrics) that React re-renders and restyles on every rerun
+that draws them, 4.7 ms of a slider's redraw a row; one st.html element of the same four numbers
+is one node, 0.65 ms a row (7.2x less).
 
 Each number is a `Metric` (label, value, help, and a grey note under the value: a bound beside an
 estimate); `metric_row` draws them side by side, wrapping on a narrow window. The label and value are
