@@ -151,8 +151,6 @@ def _usd(x) -> str:
     return "n/a" if x is None else f"${x:,.3f}"
 
 
-
-
 def headline(model, plan):
     """The best point's estimate with the bound beside it (views.serving_headline; one row on a slide)."""
     h = serving_headline(plan)
