@@ -49,6 +49,18 @@ def test_a_metric_without_help_or_note_draws_neither():
     assert (read.label, read.value, read.help, read.delta) == ("Batch (sequences)", "1,024", None, None)
 
 
+def test_tooltips_in_the_rows_right_half_open_leftwards():
+    """A rightward tooltip on the last numbers of a row would run off the page."""
+    body = metric_row_html([Metric(f"m{i}", "1", help="h") for i in range(4)])
+    cells = re.findall(r'<div class="(mla-metric[^"]*)" style', body)
+    assert cells == ["mla-metric", "mla-metric", "mla-metric mla-tip-left", "mla-metric mla-tip-left"]
+    # By width, not by count: a wide first number keeps its tooltip rightward, the rest open leftwards.
+    wide = metric_row_html([Metric("best", "1", help="h"), Metric("a", "2", help="h"), Metric("b", "3", help="h")],
+                           [2, 1, 1])
+    assert re.findall(r'<div class="(mla-metric[^"]*)" style', wide) == ["mla-metric", "mla-metric mla-tip-left",
+                                                                         "mla-metric mla-tip-left"]
+
+
 def test_widths_must_match_the_metrics():
     with pytest.raises(ValueError, match="3 widths for 2 metrics"):
         metric_row_html([Metric("a", "1"), Metric("b", "2")], [1, 1, 2])

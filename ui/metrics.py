@@ -32,13 +32,15 @@ CSS = """<style>
 .mla-nowrap { white-space: nowrap; }
 .mla-metric-delta { font-size: 1rem; opacity: 0.6; }
 .mla-help { position: relative; display: inline-flex; align-items: center; justify-content: center;
-  width: 1rem; height: 1rem; margin-left: 0.35rem; vertical-align: -0.15rem; border: 1.5px solid currentColor; border-radius: 50%; font-size: 0.7rem;
-  font-weight: 600; opacity: 0.6; cursor: help; }
+  width: 1rem; height: 1rem; margin-left: 0.35rem; vertical-align: -0.15rem; border: 1.5px solid currentColor;
+  border-radius: 50%; font-size: 0.7rem; font-weight: 600; opacity: 0.6; cursor: help; }
 .mla-help:hover, .mla-help:focus { opacity: 1; }
 .mla-help:hover::after, .mla-help:focus::after { content: attr(aria-label); position: absolute; z-index: 1000;
   top: 1.4rem; left: -0.5rem; width: max-content; max-width: 22rem; padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; font-size: 0.875rem; font-weight: 400; line-height: 1.4; white-space: normal;
-  color: var(--mla-tip-fg, #fafafa); background: var(--mla-tip-bg, #262730); box-shadow: 0 2px 8px rgba(0,0,0,0.25); }
+  color: #fafafa; background: #262730; border: 1px solid rgba(250, 250, 250, 0.2);
+  box-shadow: 0 2px 8px rgba(0, 0, 0, 0.35); }
+.mla-tip-left .mla-help:hover::after, .mla-tip-left .mla-help:focus::after { left: auto; right: -0.5rem; }
 </style>"""
 
 
@@ -55,7 +57,9 @@ class Metric:
     help: str | None = None
     delta: str | None = None
 
-    def html(self, width: float) -> str:
+    def html(self, width: float, tip_left: bool = False) -> str:
+        """This number's cell of a row; `tip_left`: its tooltip opens leftwards (the row's right half,
+        where a rightward tooltip would run off the page)."""
         data = f' data-label="{escape(self.label)}" data-value="{escape(self.value)}"'
         if self.help:
             data += f' data-help="{escape(self.help)}"'
@@ -67,7 +71,8 @@ class Metric:
         head, _, last = self.label.rpartition(" ")  # the "?" stays on the line of the label's last word
         label = (escape(head + " " if head else "") + f'<span class="mla-nowrap">{escape(last)}{tip}</span>' if tip
                  else escape(self.label))
-        return (f'<div class="mla-metric" style="flex: {width:g} 1 0"{data}>'
+        cls = "mla-metric mla-tip-left" if tip_left else "mla-metric"
+        return (f'<div class="{cls}" style="flex: {width:g} 1 0"{data}>'
                 f'<div class="mla-metric-label">{label}</div>'
                 f'<div class="mla-metric-value" title="{escape(self.value)}">{escape(self.value)}</div>{delta}</div>')
 
@@ -81,8 +86,13 @@ def metric_row_html(metrics: Sequence[Metric | None], widths: Sequence[float] | 
     widths = list(widths) if widths is not None else [1.0] * len(metrics)
     if len(widths) != len(metrics):
         raise ValueError(f"{len(widths)} widths for {len(metrics)} metrics")
-    cells = [m.html(w) if m is not None else f'<div class="mla-metric" style="flex: {w:g} 1 0"></div>'
-             for m, w in zip(metrics, widths)]
+    total, left = sum(widths), 0.0
+    cells = []
+    for m, w in zip(metrics, widths):  # a number whose middle is right of the row's middle: tooltip leftwards
+        right_half = not stack and left + w / 2 > total / 2
+        cells.append(m.html(w, right_half) if m is not None
+                     else f'<div class="mla-metric" style="flex: {w:g} 1 0"></div>')
+        left += w
     return CSS + f'<div class="{ROW_CLASS}{" mla-stack" if stack else ""}">' + "".join(cells) + "</div>"
 
 
