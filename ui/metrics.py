@@ -97,7 +97,7 @@ def metric_row_html(metrics: Sequence[Metric | None], widths: Sequence[float] | 
 
 
 def metric_row(metrics: Sequence[Metric | None], widths: Sequence[float] | None = None, *, stack: bool = False,
-        container=None) -> None:
+               container=None) -> None:
     """Draw one row of key numbers as one element (st.html) in `container` (default: where the
     page is drawing). See metric_row_html for `widths` and `stack`."""
     (container or st).html(metric_row_html(metrics, widths, stack))
