@@ -13,7 +13,7 @@ st.set_page_config(
     page_title="MLA explorer",
     page_icon="🧮",
     layout="wide",
-    initial_sidebar_state="collapsed" if present else "expanded",
+    initial_sidebar_state="collapsed" if present else "auto",  # auto: closed on a phone-sized window
     menu_items={"About": "The MLA explorer: KV cache, capacity and decode roofline of Multi-head Latent "
                          "Attention against MHA, GQA and MQA. Every figure follows the definitions in the "
                          "project's docs/model.md, shown on the [Definitions](/definitions) page (symbols, "

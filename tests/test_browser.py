@@ -252,6 +252,37 @@ def test_chart_titles_legends_and_axis_titles_do_not_overlap(server, browser, pa
         page.close()
 
 
+# Every key number whole and on screen; every "?" tooltip, shown by focusing its "?", inside the page's
+# main area (not under the sidebar, not past the window's edge) and beside its "?", not over it.
+NUMBERS_OFF = """() => { const W = document.documentElement.clientWidth;
+    return [...document.querySelectorAll('.mla-metric-value, .mla-metric-label')]
+      .filter(e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > W + 1).map(e => e.innerText); }"""
+TOOLTIPS_OFF = """async () => { const main = document.querySelector('[data-testid="stMain"]').getBoundingClientRect();
+    const W = document.documentElement.clientWidth, off = []; let n = 0;
+    for (const h of document.querySelectorAll('.mla-help')) {
+      h.focus(); await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+      const t = h.querySelector('.mla-tip').getBoundingClientRect(), a = h.getBoundingClientRect(); n += 1;
+      if (t.width === 0 || t.left < main.left - 1 || t.right > Math.min(main.right, W) + 1 ||
+          (t.top < a.bottom - 1 && t.bottom > a.top + 1))
+        off.push([h.closest('.mla-metric').dataset.label, Math.round(t.left), Math.round(t.right), Math.round(main.left), W]); }
+    return {n, off}; }"""
+
+
+@pytest.mark.parametrize("width", [420, 900])
+@pytest.mark.parametrize("path, name", [("", "kv"), ("concurrency", "capacity"), ("serving-plan", "serving")])
+def test_key_numbers_and_their_tooltips_stay_whole_on_a_narrow_window(server, browser, path, name, width):
+    """420 px: a phone (sidebar closed, one number a line); 900 px: a laptop's half screen with the
+    sidebar open, where a row of four wraps and a tooltip chosen by its place in the row would run off."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(f"{server}/{path}?{LINK}", wait_until="domcontentloaded")
+    page.wait_for_selector(".mla-metric-value", timeout=90000)
+    _settle(page)
+    assert page.evaluate(NUMBERS_OFF) == [], f"{name} at {width} px: numbers cut or past the edge"
+    tips = page.evaluate(TOOLTIPS_OFF)
+    assert tips["n"] >= 5 and tips["off"] == [], f"{name} at {width} px: {tips}"
+    page.close()
+
+
 def test_the_copy_link_button_copies_this_views_link(server, browser):
     ctx = browser.new_context(viewport={"width": 1440, "height": 900})
     ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)

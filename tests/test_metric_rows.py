@@ -1,5 +1,6 @@
 """ui.metrics: a row of key numbers as one st.html element, read back as a user reads it."""
 import re
+from html import escape
 
 import pytest
 
@@ -38,6 +39,9 @@ def test_text_is_escaped_and_reads_back_exactly():
     # The label, value and note are drawn once each; the help is the "?"'s tooltip, not drawn text.
     assert body.count('class="mla-metric-value"') == 1 and body.count('class="mla-metric-delta"') == 1
     assert body.count('class="mla-help"') == 1
+    # The tooltip is the help, escaped, hidden from screen readers (the "?" is labelled with it).
+    tip = re.search(r'<span class="mla-tip" aria-hidden="true">(.*?)</span>', body).group(1)
+    assert tip == escape(HOSTILE + " help") and f'aria-label="{tip}"' in body
     # Widths are the flex-grow of each slot, the empty slot included (st.columns' spec).
     assert re.findall(r"flex: ([\d.]+) 1 0", body) == ["2", "1"]
 

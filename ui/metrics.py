@@ -10,8 +10,14 @@ is one node, 0.65 ms a row (7.2x less).
 Each number is a `Metric` (label, value, help, and a grey note under the value: a bound beside an
 estimate); `metric_row` draws them side by side, wrapping on a narrow window. The label and value are
 plain text (escaped here: a model's name from an uploaded config is shown as typed). The help is
-the tooltip of the "?" after the label, as st.metric's. Tests read them back with
-tests/apptest_util.metrics (the data-* attributes of each number).
+the tooltip of the "?" after the label, as st.metric's, shown on hover or keyboard focus. Numbers never
+shrink below their width: a row wraps instead, and on a phone-sized window (640 px and less, where
+st.columns stacks) they stand one a line. Tooltips are placed by CSS anchor positioning (Chromium
+125+, Safari 26): below the "?", rightwards, else leftwards, else across the main area, above the
+"?" near the window's bottom; never under the sidebar or past the window's edge
+(tests/test_browser.py at 420 and 900 px). A browser without it gets the tooltip below the "?",
+leftwards in a row's right half. Tests read the numbers back with tests/apptest_util.metrics (the
+data-* attributes of each number).
 """
 from __future__ import annotations
 
@@ -25,22 +31,41 @@ ROW_CLASS = "mla-metrics"
 CSS = """<style>
 .mla-metrics { display: flex; flex-wrap: wrap; column-gap: 1rem; row-gap: 0.5rem; margin: 0; }
 .mla-metrics.mla-stack { flex-direction: column; }
-.mla-metric { min-width: 6rem; }
+.mla-metric { min-width: min-content; }
 .mla-metric-label { font-size: 0.875rem; line-height: 1.5; min-height: 1.5rem; }
-.mla-metric-value { font-size: 2.25rem; line-height: 1.2; padding-bottom: 0.25rem; white-space: nowrap;
-  overflow: hidden; text-overflow: ellipsis; }
+.mla-metric-value { font-size: 2.25rem; line-height: 1.2; padding-bottom: 0.25rem; white-space: nowrap; }
+/* A phone: one number a line, as st.columns stacks there; a value longer than the line wraps. */
+@media (max-width: 640px) { .mla-metric { flex-basis: 100% !important; } .mla-metric-value { white-space: normal; } }
 .mla-nowrap { white-space: nowrap; }
 .mla-metric-delta { font-size: 1rem; opacity: 0.6; }
 .mla-help { position: relative; display: inline-flex; align-items: center; justify-content: center;
   width: 1rem; height: 1rem; margin-left: 0.35rem; vertical-align: -0.15rem; border: 1.5px solid currentColor;
-  border-radius: 50%; font-size: 0.7rem; font-weight: 600; opacity: 0.6; cursor: help; }
+  border-radius: 50%; font-size: 0.7rem; font-weight: 600; opacity: 0.6; cursor: help;
+  anchor-name: --mla-help; anchor-scope: --mla-help; }
 .mla-help:hover, .mla-help:focus { opacity: 1; }
-.mla-help:hover::after, .mla-help:focus::after { content: attr(aria-label); position: absolute; z-index: 1000;
-  top: 1.4rem; left: -0.5rem; width: max-content; max-width: 22rem; padding: 0.5rem 0.75rem;
+.mla-tip { display: none; }
+.mla-help:hover .mla-tip, .mla-help:focus .mla-tip { display: block; position: absolute; z-index: 1000;
+  top: 1.4rem; left: -0.5rem; width: max-content; max-width: min(22rem, calc(100vw - 2rem)); padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; font-size: 0.875rem; font-weight: 400; line-height: 1.4; white-space: normal;
-  color: #fafafa; background: #262730; border: 1px solid rgba(250, 250, 250, 0.2);
+  text-align: left; color: #fafafa; background: #262730; border: 1px solid rgba(250, 250, 250, 0.2);
   box-shadow: 0 2px 8px rgba(0, 0, 0, 0.35); }
-.mla-tip-left .mla-help:hover::after, .mla-tip-left .mla-help:focus::after { left: auto; right: -0.5rem; }
+.mla-tip-left .mla-help:hover .mla-tip, .mla-tip-left .mla-help:focus .mla-tip { left: auto; right: -0.5rem; }
+@supports (position-area: bottom) {
+  [data-testid="stElementContainer"]:has(> [data-testid="stHtml"] > .mla-metrics), .mla-help { position: static; }
+  .mla-help:hover .mla-tip, .mla-help:focus .mla-tip, .mla-tip-left .mla-help:hover .mla-tip,
+  .mla-tip-left .mla-help:focus .mla-tip { position: absolute; position-anchor: --mla-help; inset: auto;
+    position-area: bottom span-right; margin: 0.3rem 0 0 -0.5rem;
+    position-try-fallbacks: --mla-tip-leftwards, --mla-tip-across, flip-block, --mla-tip-leftwards flip-block,
+      --mla-tip-across flip-block; }
+  .mla-tip-left .mla-help:hover .mla-tip, .mla-tip-left .mla-help:focus .mla-tip {
+    position-area: bottom span-left; margin: 0.3rem -0.5rem 0 0;
+    position-try-fallbacks: --mla-tip-rightwards, --mla-tip-across, flip-block, --mla-tip-rightwards flip-block,
+      --mla-tip-across flip-block; }
+}
+@position-try --mla-tip-leftwards { position-area: bottom span-left; margin: 0.3rem -0.5rem 0 0; }
+@position-try --mla-tip-rightwards { position-area: bottom span-right; margin: 0.3rem 0 0 -0.5rem; }
+@position-try --mla-tip-across { position-area: none; top: anchor(bottom); left: 1rem; right: 1rem; width: auto;
+  max-width: none; margin: 0.3rem 0 0 0; }
 </style>"""
 
 
@@ -58,15 +83,15 @@ class Metric:
     delta: str | None = None
 
     def html(self, width: float, tip_left: bool = False) -> str:
-        """This number's cell of a row; `tip_left`: its tooltip opens leftwards (the row's right half,
-        where a rightward tooltip would run off the page)."""
+        """This number's cell of a row; `tip_left`: its tooltip opens leftwards first (the row's right
+        half, where a rightward tooltip would run off the page)."""
         data = f' data-label="{escape(self.label)}" data-value="{escape(self.value)}"'
         if self.help:
             data += f' data-help="{escape(self.help)}"'
         if self.delta:
             data += f' data-delta="{escape(self.delta)}"'
-        tip = (f'<span class="mla-help" tabindex="0" role="img" aria-label="{escape(self.help)}">?</span>'
-               if self.help else "")
+        tip = (f'<span class="mla-help" tabindex="0" role="img" aria-label="{escape(self.help)}">?'
+               f'<span class="mla-tip" aria-hidden="true">{escape(self.help)}</span></span>' if self.help else "")
         delta = f'<div class="mla-metric-delta">{escape(self.delta)}</div>' if self.delta else ""
         head, _, last = self.label.rpartition(" ")  # the "?" stays on the line of the label's last word
         label = (escape(head + " " if head else "") + f'<span class="mla-nowrap">{escape(last)}{tip}</span>' if tip
@@ -74,7 +99,7 @@ class Metric:
         cls = "mla-metric mla-tip-left" if tip_left else "mla-metric"
         return (f'<div class="{cls}" style="flex: {width:g} 1 0"{data}>'
                 f'<div class="mla-metric-label">{label}</div>'
-                f'<div class="mla-metric-value" title="{escape(self.value)}">{escape(self.value)}</div>{delta}</div>')
+                f'<div class="mla-metric-value">{escape(self.value)}</div>{delta}</div>')
 
 
 def metric_row_html(metrics: Sequence[Metric | None], widths: Sequence[float] | None = None, stack: bool = False) -> str:
