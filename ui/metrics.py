@@ -4,8 +4,9 @@ browser's work.
 Measured in chromium (`benchmarks/element_costs.py --browser`, benchmarks/element_costs_browser.json,
 the 2-core machine of the README): a row of four st.metric in st.columns is nine Streamlit nodes
 (a horizontal block, four columns, four metrics) that React re-renders and restyles on every rerun
-that draws them, 4.7 ms of a slider's redraw a row; one st.html element of the same four numbers
-is one node, 0.65 ms a row (7.2x less).
+that draws them, 4.0-4.7 ms of a slider's redraw a row; one st.html element of the same four
+numbers is one node, 0.5-0.8 ms a row (5-8x less; the tooltips' anchor positioning is about 0.3 ms
+of it).
 
 Each number is a `Metric` (label, value, help, and a grey note under the value: a bound beside an
 estimate); `metric_row` draws them side by side, wrapping on a narrow window. The label and value are
