@@ -205,7 +205,7 @@ def memory_chart(cv, configs):
             hovertemplate=f"%{{x}}<br>{label}: %{{customdata}}<extra></extra>"))
     fig.add_trace(plot.Scatter(
         x=names, y=[s["memory"] / GiB for _, s in split], mode="markers", name="memory per GPU",
-        marker={"symbol": "line-ew", "size": 60, "line": {"width": 3, "color": "#000000"}},
+        marker={"symbol": "line-ew", "size": 60, "line": {"width": 3, "color": charts.INK}},
         customdata=[[_exact(s["memory"]), "" if not s["over"] else f"<br>weights do not fit: over by {_exact(s['over'])}"]
                     for _, s in split],
         hovertemplate="%{x}<br>memory: %{customdata[0]}%{customdata[1]}<extra></extra>"))
@@ -216,7 +216,7 @@ def memory_chart(cv, configs):
     charts.show(fig, "capacity-memory-per-gpu")
     st.caption("KV in use = the whole requests of the context that fit; KV left over = less than one more request, "
                "plus block padding; headroom = (1 - gpu_memory_utilization) × memory, left alone by the engine. "
-               "A bar above the black mark (memory per GPU) is a configuration whose weights do not fit.")
+               "A bar above the flat mark (memory per GPU) is a configuration whose weights do not fit.")
 
 
 def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = False):

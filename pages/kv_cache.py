@@ -249,14 +249,14 @@ def context_chart(model, kv_dtype, second=None):
         name = charts.plot_text(legend_name(s.label, sw.same_as) + (" (this model)" if s.is_model else ""))
         fig.add_trace(dict(
             type="scatter", x=list(s.x), y=[n / GiB for n in s.y], mode="lines", name=name,
-            line={"color": "#000000" if s is sw.second else charts.color_for(s.label), "width": 4 if present else 2.5,
+            line={"color": charts.INK if s is sw.second else charts.color_for(s.label), "width": 4 if present else 2.5,
                   "dash": "dash" if s is sw.second else "solid"},
             customdata=[[f"{format_bytes(n)} ({n:,} B)", format_tokens(t)] for n, t in zip(s.y, s.x)],
             hovertemplate=f"{name}<br>%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>"))
     fig.add_trace(dict(
         type="scatter", x=[s.x_here for s in lines], y=[s.y_here / GiB for s in lines], mode="markers",
         showlegend=False,
-        marker={"color": [charts.color_for(s.label) if s is not sw.second else "#000000" for s in lines],
+        marker={"color": [charts.color_for(s.label) if s is not sw.second else charts.INK for s in lines],
                 "size": 14 if present else 10, "line": {"width": 1, "color": "#333"}},
         customdata=[[charts.plot_text(s.label), format_bytes(s.y_here), f"{s.y_here:,}"] for s in lines],
         hovertemplate=f"%{{customdata[0]}} at {format_tokens(T)}<br>%{{customdata[1]}} (%{{customdata[2]}} B)"

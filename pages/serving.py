@@ -265,13 +265,13 @@ def frontier(model, plan):
     if fr.pareto:
         fig.add_trace(plot.Scatter(x=[x for x, _ in fr.pareto], y=[y for _, y in fr.pareto], mode="lines",
                                  name="Pareto front" + ("" if present else " (no point beats these on both axes)"),
-                                 line={"color": "#333333", "width": 2, "dash": "dash"}, hoverinfo="skip"))
+                                 line={"color": charts.INK, "width": 2, "dash": "dash"}, hoverinfo="skip"))
     if fr.best is not None:
         best = plan.best
         fig.add_trace(plot.Scatter(x=[fr.best[0]], y=[fr.best[1]], mode="markers",
                                  name=f"best: {html.escape(best.split)}" + (
                                      "" if present else f", batch {best.batch:,}"),
-                                 marker={"symbol": "star", "size": 22 if present else 16, "color": "#000000"},
+                                 marker={"symbol": "star", "size": 22 if present else 16, "color": charts.INK},
                                  hovertemplate="best point<br>%{x:,.1f} tokens/s per user<br>%{y:,.1f} tokens/s per "
                                                "GPU<extra></extra>"))
     h = serving_headline(plan) if present else None
@@ -407,10 +407,10 @@ def traffic(model, gpu, plan, dep_kw):
                                      name=f"objective {slo * 1e3:g} ms", line={"color": "#D55E00", "dash": "dash"}))
         if t.saturation_rps is not None:
             shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": t.saturation_rps,
-                           "x1": t.saturation_rps, "line": {"color": "#000000", "dash": "dot"}})
+                           "x1": t.saturation_rps, "line": {"color": charts.INK, "dash": "dot"}})
             fig.add_trace(plot.Scatter(x=[t.saturation_rps], y=[max(y for y in p99 if y is not None) * 1e3],
                                      mode="markers", name=f"saturated from {t.saturation_rps:,.3g} req/s",
-                                     marker={"symbol": "x", "size": 12, "color": "#000000"}))
+                                     marker={"symbol": "x", "size": 12, "color": charts.INK}))
         fig.update_layout(shapes=shapes)
         charts.style(fig, title=f"{name} against the request rate", x_title="requests/s (Poisson)",
                      y_title=f"{name}, ms", log_x=True, log_y=True, present=present, height=340)

@@ -283,6 +283,28 @@ def test_key_numbers_and_their_tooltips_stay_whole_on_a_narrow_window(server, br
     page.close()
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_reference_marks_are_drawn_in_the_pages_ink(server, browser, scheme):
+    """charts.INK (the memory-per-GPU mark on Capacity) is drawn in the page's text colour: near-black
+    on the light theme, light on the dark one, where black would not show."""
+    from ui.charts import INK
+
+    ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme=scheme)
+    page = ctx.new_page()
+    page.goto(f"{server}/concurrency?{LINK}", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    time.sleep(1)
+    text, drawn = page.evaluate("""() => [getComputedStyle(document.querySelector('[data-testid="stMain"]')).color,
+        [...document.querySelectorAll('.js-plotly-plot')].flatMap(p => p._fullData)
+          .filter(d => d.name === 'memory per GPU').map(d => d.marker.line.color)]""")
+    assert len(drawn) == 1, drawn
+    assert drawn[0].replace(" ", "") == text.replace(" ", ""), (scheme, drawn, text, INK)
+    rgb = sum(map(int, text[text.index("(") + 1:text.index(")")].split(",")[:3]))
+    assert (rgb < 200) if scheme == "light" else (rgb > 600), text  # dark ink on light, light ink on dark
+    ctx.close()
+
+
 def test_the_copy_link_button_copies_this_views_link(server, browser):
     ctx = browser.new_context(viewport={"width": 1440, "height": 900})
     ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)

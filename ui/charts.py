@@ -25,6 +25,12 @@ COLORS = {
     "model": "#F0E442",
     "measured": "#000000",
 }
+# A mark drawn in the page's ink: the chart element draws this colour in the page's text colour,
+# near-black on the light theme and light on the dark one, where black would not show (the reference
+# marks: memory per GPU, the best point, saturation, the second model, measured points). Black in a
+# figure handed elsewhere (a PNG export draws what the page drew).
+INK = "#000000"
+COLORS["measured"] = INK
 SEQUENCE = ["#D55E00", "#0072B2", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442", "#999999"]
 # Past the eight colours a series takes the next marker symbol: (colour, symbol) pairs stay distinct
 # for 48 series (a 64-GPU search draws a line per split).
@@ -286,6 +292,15 @@ function alpha(rgb, a) {
   return `rgba(${c}, ${a})`;
 }
 function isObject(x) { return x !== null && typeof x === 'object' && !Array.isArray(x); }
+const INK = '__INK__';
+function inked(x, text) {  // INK (black) as the page's text colour: light on the dark theme
+  if (x === INK) return text;
+  if (Array.isArray(x)) return x.some(v => v === INK || typeof v === 'object') ? x.map(v => inked(v, text)) : x;
+  if (!isObject(x)) return x;
+  const out = {};
+  for (const [k, v] of Object.entries(x)) out[k] = inked(v, text);
+  return out;
+}
 function under(defaults, own) {  // the figure's own properties over the theme's defaults
   const out = Object.assign({}, defaults);
   for (const [k, v] of Object.entries(own || {})) out[k] = isObject(v) && isObject(defaults[k]) ? under(defaults[k], v) : v;
@@ -341,7 +356,8 @@ export default function (component) {
     if (el.mlaStamp !== stamp) return;  // a newer figure came while plotly.js loaded
     const failed = el.querySelector(':scope > .mla-chart-error');
     if (failed) failed.remove();
-    return P.react(el, fig.data, themed(fig.layout, el), data.config);
+    const text = getComputedStyle(el).color;
+    return P.react(el, inked(fig.data, text), themed(inked(fig.layout, text), el), data.config);
   }).catch(err => {
     el.mlaStamp = null;  // drawn again on the next rerun
     const note = el.querySelector(':scope > .mla-chart-error') || el.insertBefore(document.createElement('p'), el.firstChild);
@@ -350,6 +366,7 @@ export default function (component) {
   });
 }
 """
+CHART_JS = CHART_JS.replace("__INK__", INK)
 # The series' colours when a trace names none (Plotly's colorway): this module's palette. Streamlit's
 # own "streamlit" template holds placeholder colours its chart element swaps in the browser.
 TEMPLATE = {"layout": {"colorway": SEQUENCE[1:] + SEQUENCE[:1]}}  # orange (MLA, objectives) last
