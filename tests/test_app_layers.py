@@ -91,3 +91,21 @@ def test_a_map_of_identical_layers_is_a_sentence_with_its_chart_behind_an_expand
                    kv_heads="8")
     no_exceptions(one)
     assert "The one layer holds full attention" in " ".join(c.value for c in one.caption)
+
+
+def test_the_layer_map_expander_stays_open_across_a_hybrid_model():
+    """Opened on a uniform model, the layer map's expander is not drawn for a hybrid (its chart is
+    drawn at once); back on a uniform model it is open again, as the user left it."""
+    at = run_page("pages/kv_cache.py", model="deepseek-v3", context="131072", kv_dtype="bf16")
+    at.session_state["_kv_layer_map_open"] = True
+    at.run()
+    layer_chart(at)  # open
+    at.selectbox(key="model").set_value("qwen3-next-80b-a3b").run()
+    no_exceptions(at)
+    assert not layer_map(load_model("qwen3-next-80b-a3b"), 131072, "bf16").uniform
+    layer_chart(at)  # a hybrid's map, no expander
+    at.selectbox(key="model").set_value("kimi-k2-instruct").run()
+    no_exceptions(at)
+    assert layer_map(load_model("kimi-k2-instruct"), 131072, "bf16").uniform
+    spec = layer_chart(at)  # still open: the chart is drawn
+    assert spec["layout"]["title"]["text"].startswith("What each layer holds")

@@ -57,14 +57,21 @@ def lazy_expander(label: str, key: str, *, expanded: bool = False):
     section it is in). A closed section's widgets and numbers cost nothing on the page's other
     reruns; the values its widgets hold stay in the session state (persist_state="session").
 
-    `expanded`: whether it opens when the state has no `key` yet (a session's first look, or
-    back from another page), e.g. because the link sets one of its values. It seeds the state
-    rather than going to st.expander, and `label` must not change between reruns: Streamlit
-    1.67 builds the expander's identity from both, so a change would make it a new widget that
-    snaps shut while the user works in it."""
+    Open or shut, it stays as the user left it across reruns that do not draw it (another page,
+    a model whose section has no expander): Streamlit drops an undrawn widget's state, so the
+    last state is kept beside it under `key + KEPT`. `expanded`: whether it opens the first time
+    (e.g. because the link sets one of its values). It seeds the state rather than going to
+    st.expander, and `label` must not change between reruns: Streamlit 1.67 builds the
+    expander's identity from both, so a change would make it a new widget that snaps shut while
+    the user works in it."""
     if key not in st.session_state:
-        st.session_state[key] = bool(expanded)
-    return st.expander(label, expanded=False, key=key, on_change="rerun")
+        st.session_state[key] = bool(st.session_state.get(key + KEPT, expanded))
+    box = st.expander(label, expanded=False, key=key, on_change="rerun")
+    st.session_state[key + KEPT] = box.open
+    return box
+
+
+KEPT = "__kept"  # lazy_expander: the expander's last state, kept while it is not drawn
 
 
 COPY_LINK_HTML = """<button type="button" data-mla-copy-link title="Copy this view's link (the URL carries every setting)"
