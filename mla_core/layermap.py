@@ -31,12 +31,12 @@ class LayerCell(Result):
 
 @dataclass(frozen=True)
 class LayerMap(Result):
-    """Everything the layer map draws: one cell per layer, the kinds in first-seen order with
-    their labels, and the totals for one sequence (bytes, ints)."""
+    """Everything the layer map draws: one cell per layer, its legend (each distinct (kind, label)
+    in first-seen order: a kind whose layers differ, e.g. DeepSeek-V4's compressed layers with
+    three compression rates, has an entry per label), and the totals for one sequence (bytes, ints)."""
 
     context: int
-    kinds: tuple[str, ...]
-    kind_labels: tuple[str, ...]
+    legend: tuple[tuple[str, str], ...]  # (kind, label)
     cells: tuple[LayerCell, ...]
     kv_bytes_per_sequence: int
     state_bytes_per_sequence: int
@@ -60,11 +60,8 @@ def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layo
     cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
                               g.state_bytes_per_layer, g.bytes_per_layer, g.index_bytes_per_layer)
                     for g in groups for i in g.layer_indices), key=lambda c: c.index)
-    kinds: dict[str, str] = {}
-    for g in groups:
-        kinds.setdefault(g.kind, g.label)
+    legend = tuple(dict.fromkeys((c.kind, c.label) for c in cells))
     kv = sum(c.kv_bytes for c in cells)
     state = sum(c.state_bytes for c in cells)
     full = all_full_attention_bytes(model, context, kv_dtype, cache_layout, block_size=block_size)
-    return LayerMap(context, tuple(kinds), tuple(kinds.values()), tuple(cells), kv, state, kv + state, full,
-                    model.is_hybrid)
+    return LayerMap(context, legend, tuple(cells), kv, state, kv + state, full, model.is_hybrid)

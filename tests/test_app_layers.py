@@ -25,14 +25,14 @@ def layer_chart(at):
     raise AssertionError("no layer map on the page")
 
 
-@pytest.mark.parametrize("preset", ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b"])
+@pytest.mark.parametrize("preset", ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "deepseek-v4-flash"])
 def test_layer_map_matches_the_cores_groups(preset):
     at = run_page("pages/kv_cache.py", model=preset, context="131072", kv_dtype="bf16")
     no_exceptions(at)
     lm = layer_map(load_model(preset), 131072, "bf16")
     spec = layer_chart(at)
     drawn = {t["name"]: sorted(t["x"]) for t in spec["data"]}
-    want = {label: sorted(c.index for c in lm.cells if c.kind == kind) for kind, label in zip(lm.kinds, lm.kind_labels)}
+    want = {label: sorted(c.index for c in lm.cells if (c.kind, c.label) == (kind, label)) for kind, label in lm.legend}
     assert drawn == want
     # Hover carries each cell's exact bytes.
     for t in spec["data"]:
@@ -84,7 +84,7 @@ def test_a_map_of_identical_layers_is_a_sentence_with_its_chart_behind_an_expand
     at.session_state["_kv_layer_map_open"] = True
     at.run()
     spec = layer_chart(at)
-    assert [t["name"] for t in spec["data"]] == list(lm.kind_labels)
+    assert [t["name"] for t in spec["data"]] == [label for _, label in lm.legend]
     assert sorted(spec["data"][0]["x"]) == [c.index for c in lm.cells]
 
     one = run_page("pages/kv_cache.py", model="custom", attention="gqa", layers="1", heads="32", head_dim="128",
@@ -109,3 +109,19 @@ def test_the_layer_map_expander_stays_open_across_a_hybrid_model():
     assert layer_map(load_model("kimi-k2-instruct"), 131072, "bf16").uniform
     spec = layer_chart(at)  # still open: the chart is drawn
     assert spec["layout"]["title"]["text"].startswith("What each layer holds")
+
+
+def test_a_kind_with_several_labels_has_a_legend_entry_each():
+    """DeepSeek-V4-Flash's 43 layers are all compressed attention, at three rates (config.json's
+    compress_ratios: layers 0-1 ratio 0, window only; 21 layers ratio 4 with the indexer; 20 layers
+    ratio 128): the legend names each rate with its own cells, hatched apart in the kind's colour."""
+    at = run_page("pages/kv_cache.py", model="deepseek-v4-flash", context="131072", kv_dtype="bf16")
+    no_exceptions(at)
+    spec = layer_chart(at)
+    count = {t["name"].split(": ", 1)[1]: len(t["x"]) for t in spec["data"]}
+    assert count == {"128-token window only (latent 512)": 2,
+                     "128-token window + 1 latent per 4 tokens + index key 128 (latent 512)": 21,
+                     "128-token window + 1 latent per 128 tokens (latent 512)": 20}
+    assert sorted(spec["data"][0]["x"]) == [0, 1]
+    assert len({t["marker"]["color"] for t in spec["data"]}) == 1
+    assert len({t["marker"]["pattern"]["shape"] for t in spec["data"]}) == 3

@@ -21,14 +21,22 @@ def kind_color(kind: str) -> str:
     return KIND_COLORS.get(kind, KIND_COLORS.get(kind.split("+")[-1], "#999999"))
 
 
+# A kind's second, third ... label (same colour): hatched, so that each legend entry names its own cells.
+PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
+
+
 def figure(lm: LayerMap, present: bool = False) -> plot.Figure:
-    """Cells in layer order, one trace per kind (its legend entry), hover with exact bytes."""
+    """Cells in layer order, one trace per legend entry (kind and label; a kind's colour, hatched
+    from its second label on), hover with exact bytes."""
     fig = plot.Figure()
-    for kind, label in zip(lm.kinds, lm.kind_labels):
-        cells = [c for c in lm.cells if c.kind == kind]
+    seen: dict[str, int] = {}
+    for kind, label in lm.legend:
+        cells = [c for c in lm.cells if (c.kind, c.label) == (kind, label)]
+        nth = seen[kind] = seen.get(kind, -1) + 1
         fig.add_trace(plot.Bar(
             x=[c.index for c in cells], y=[1] * len(cells), name=label, width=0.92,
-            marker={"color": kind_color(kind), "line": {"width": 0.5, "color": "#333"}},
+            marker={"color": kind_color(kind), "line": {"width": 0.5, "color": "#333"},
+                    "pattern": {"shape": PATTERNS[nth % len(PATTERNS)]}},
             customdata=[[c.label, format_bytes(c.bytes), f"{c.bytes:,}", format_tokens(c.tokens_held),
                          format_bytes(c.state_bytes), format_bytes(c.index_bytes)] for c in cells],
             hovertemplate="layer %{x}: %{customdata[0]}<br>%{customdata[1]} (%{customdata[2]} B) for one sequence"
@@ -39,7 +47,7 @@ def figure(lm: LayerMap, present: bool = False) -> plot.Figure:
                  x_title="layer (0-based)", y_title="", present=present)
     fig.update_layout(barmode="stack", height=320 if not present else 360, bargap=0.05,
                       yaxis={"visible": False, "range": [0, 1]},
-                      legend={"orientation": "h", "y": -0.55, "yanchor": "top"}, margin={"b": 110})
+                      legend={"orientation": "h", "y": -0.55, "yanchor": "top", "traceorder": "normal"}, margin={"b": 110})
     return fig
 
 
