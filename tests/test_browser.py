@@ -305,6 +305,32 @@ def test_reference_marks_are_drawn_in_the_pages_ink(server, browser, scheme):
     ctx.close()
 
 
+def test_a_chart_goes_full_screen_from_its_modebar_and_back(server, browser):
+    """The modebar's full-screen button: the plot fills the screen and is laid out at its size;
+    leaving full screen gives it back the figure's own height and the column's width."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(f"{server}/?{LINK}", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    time.sleep(1)
+    plot = page.locator(".js-plotly-plot").first
+    before = page.evaluate("() => { const p = document.querySelector('.js-plotly-plot'); "
+                           "return [p._fullLayout.width, p._fullLayout.height]; }")
+    plot.hover()
+    plot.locator('[data-title="Full screen (Esc to leave)"]').click()
+    page.wait_for_function("() => document.fullscreenElement === document.querySelector('.js-plotly-plot') && "
+                           "document.fullscreenElement._fullLayout.height === window.innerHeight", timeout=10000)
+    full = page.evaluate("() => [document.fullscreenElement._fullLayout.width, window.innerWidth]")
+    assert full[0] == full[1] > before[0], (full, before)
+    page.evaluate("() => document.exitFullscreen()")
+    page.wait_for_function("() => !document.fullscreenElement", timeout=10000)
+    time.sleep(1)
+    after = page.evaluate("() => { const p = document.querySelector('.js-plotly-plot'); "
+                          "return [p._fullLayout.width, p._fullLayout.height]; }")
+    assert after == before, (after, before)
+    page.close()
+
+
 def test_the_copy_link_button_copies_this_views_link(server, browser):
     ctx = browser.new_context(viewport={"width": 1440, "height": 900})
     ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)

@@ -325,6 +325,19 @@ function themed(layout, el) {
   for (const k of Object.keys(layout)) if (/^[xy]axis\d+$/.test(k)) theme[k] = axis;
   return under(theme, layout);
 }
+// The modebar's full-screen button (st.plotly_chart's toolbar had one): the plot fills the screen
+// and is laid out at its size; Esc or the button again brings it back at the figure's own height.
+const FULL_SCREEN_ICON = {width: 1000, height: 1000,
+  path: 'M0 0h400v100H100v300H0zM600 0h400v400H900V100H600zM0 600h100v300h300v100H0zM900 600h100v400H600V900h300z'};
+function fullScreen(el) {
+  return el.mlaFullScreen || (el.mlaFullScreen = {name: 'fullscreen', title: 'Full screen (Esc to leave)',
+    icon: FULL_SCREEN_ICON,
+    click: () => document.fullscreenElement === el ? document.exitFullscreen() : el.requestFullscreen()});
+}
+function sized(layout, el) {  // in full screen, the screen's size; else the figure's own
+  return document.fullscreenElement === el ? Object.assign({}, layout, {width: window.innerWidth, height: window.innerHeight})
+                                           : layout;
+}
 export default function (component) {
   const {data, parentElement} = component;
   let el = parentElement.querySelector('div.mla-chart');
@@ -347,6 +360,12 @@ export default function (component) {
       if (window.Plotly && el._fullLayout) window.Plotly.Plots.resize(el).catch(() => {});
     });
     observer.observe(el);
+    el.addEventListener('fullscreenchange', () => {
+      if (!window.Plotly || !el._fullLayout) return;
+      const full = document.fullscreenElement === el;
+      window.Plotly.relayout(el, full ? {width: window.innerWidth, height: window.innerHeight}
+                                      : {width: null, height: el.mlaHeight}).catch(() => {});
+    });
   }
   const stamp = data.figure + '|' + getComputedStyle(el).color;
   if (el.mlaStamp === stamp) return;  // the figure already drawn (kept on the element, not in the DOM)
@@ -357,7 +376,9 @@ export default function (component) {
     const failed = el.querySelector(':scope > .mla-chart-error');
     if (failed) failed.remove();
     const text = getComputedStyle(el).color;
-    return P.react(el, inked(fig.data, text), themed(inked(fig.layout, text), el), data.config);
+    el.mlaHeight = fig.layout.height || null;
+    const config = Object.assign({}, data.config, {modeBarButtonsToAdd: [fullScreen(el)]});
+    return P.react(el, inked(fig.data, text), sized(themed(inked(fig.layout, text), el), el), config);
   }).catch(err => {
     el.mlaStamp = null;  // drawn again on the next rerun
     const note = el.querySelector(':scope > .mla-chart-error') || el.insertBefore(document.createElement('p'), el.firstChild);
