@@ -243,10 +243,13 @@ def format_tokens_exact(n: int | float) -> str:
 
 def format_token_rate(tokens_per_s: float) -> str:
     """Tokens per second, whole tokens with separators from 100 up: 3456.7 -> '3,457 tokens/s',
-    42.42 -> '42.4 tokens/s', 0.5 -> '0.500 tokens/s'. Never decimal 'K' or 'M'."""
+    42.42 -> '42.4 tokens/s', 0.5 -> '0.500 tokens/s'; below 0.001 in powers of ten, never a bare
+    zero: 6.83e-12 -> '6.83e-12 tokens/s'. Never decimal 'K' or 'M'."""
     x = tokens_per_s
     if x != x or x in (float("inf"), float("-inf")):
         return "n/a"
+    if 0 < abs(x) < 1e-3:
+        return f"{x:.3g} tokens/s"
     return f"{x:,.0f} tokens/s" if abs(x) >= 100 else f"{x:.3g} tokens/s" if abs(x) >= 10 else f"{x:.3f} tokens/s"
 
 
@@ -284,9 +287,12 @@ def format_rate(value: float, unit: str) -> str:
 
 
 def format_seconds(s: float) -> str:
-    """A duration: 0.0048 -> '4.80 ms', 1.95e-5 -> '19.5 µs'."""
+    """A duration: 0.0048 -> '4.80 ms', 1.95e-5 -> '19.5 µs'; from 100,000 s (a day and more, an
+    absurd step) in powers of ten: 1.464e13 -> '1.46e13 s'."""
     if s != s or s == float("inf"):
         return "n/a"
+    if s >= 1e5:
+        return f"{s:.3g} s".replace("e+", "e")
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
         if s >= scale:
             return f"{_three_sig(s / scale)} {unit}"

@@ -219,7 +219,12 @@ CHART_OVERLAPS = """() => {
     const title = box(plot.querySelector('.g-gtitle text')), ytitle = box(plot.querySelector('.g-ytitle text'));
     const xtitle = box(plot.querySelector('.g-xtitle text')), legend = box(plot.querySelector('.legend .bg'));
     const out = [];
+    const frame = plot.getBoundingClientRect();
     if (hit(title, ytitle)) out.push(`chart ${i}: the y axis title runs into the chart title`);
+    const entries = [...plot.querySelectorAll('.legend .traces text')].map(box);  // the legend's words
+    if (entries.some(e => hit(title, e))) out.push(`chart ${i}: the legend runs into the chart title`);
+    // (a text's box reaches a few pixels above its glyphs)
+    if (title && (title.top < frame.top - 4 || title.right > frame.right + 1)) out.push(`chart ${i}: the title is cut`);
     if (hit(legend, xtitle)) out.push(`chart ${i}: the legend touches the x axis title`);
     const bar = plot.querySelector('.legend .scrollbar');
     if (bar && bar.getBoundingClientRect().height > 0) out.push(`chart ${i}: the legend needs a scrollbar`);
@@ -234,14 +239,16 @@ CLIPPED_TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFra
 
 @pytest.mark.parametrize("path, name", [(s[0], s[1]) for s in SLIDES if s[1] in ("capacity", "serving", "claims", "roofline", "kv")])
 def test_chart_titles_legends_and_axis_titles_do_not_overlap(server, browser, path, name):
-    for present, viewport in ((True, {"width": SLIDE[0], "height": SLIDE[1]}), (False, {"width": 1440, "height": 900})):
+    # A slide, a desk, and a phone's width (charts laid out again there: titles wrapped, legends given room).
+    for present, viewport in ((True, {"width": SLIDE[0], "height": SLIDE[1]}), (False, {"width": 1440, "height": 900}),
+                              (False, {"width": 420, "height": 900})):
         page = browser.new_page(viewport=viewport)
         page.goto(f"{server}/{path}?{LINK}" + ("&present=1" if present else ""), wait_until="domcontentloaded")
         page.wait_for_selector(".js-plotly-plot", timeout=90000)
         _settle(page)
         time.sleep(1)
-        assert page.evaluate(CHART_OVERLAPS) == [], (name, present)
-        if not present:
+        assert page.evaluate(CHART_OVERLAPS) == [], (name, present, viewport["width"])
+        if not present and viewport["width"] == 1440:
             assert page.evaluate(CLIPPED_TABLES) == [], f"{name}: a table is wider than the page at 1440 px"
             if name == "claims":  # the estimate's accuracy tables, drawn when their expander opens
                 page.get_by_text("Accuracy of the estimate").click()
@@ -252,8 +259,9 @@ def test_chart_titles_legends_and_axis_titles_do_not_overlap(server, browser, pa
         page.close()
 
 
-# Every key number whole and on screen; every "?" tooltip, shown by focusing its "?", inside the page's
-# main area (not under the sidebar, not past the window's edge) and beside its "?", not over it.
+# Every key number whole and on screen; every "?" tooltip, shown by focusing its "?" (which scrolls it
+# into view, often to the window's bottom edge), inside the page's main area (not under the sidebar, not
+# past the window's edges: above the "?" at the bottom) and beside its "?", not over it.
 NUMBERS_OFF = """() => { const W = document.documentElement.clientWidth;
     return [...document.querySelectorAll('.mla-metric-value, .mla-metric-label')]
       .filter(e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > W + 1).map(e => e.innerText); }"""
@@ -263,7 +271,7 @@ TOOLTIPS_OFF = """async () => { const main = document.querySelector('[data-testi
       h.focus(); await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
       const t = h.querySelector('.mla-tip').getBoundingClientRect(), a = h.getBoundingClientRect(); n += 1;
       if (t.width === 0 || t.left < main.left - 1 || t.right > Math.min(main.right, W) + 1 ||
-          (t.top < a.bottom - 1 && t.bottom > a.top + 1))
+          t.top < -1 || t.bottom > window.innerHeight + 1 || (t.top < a.bottom - 1 && t.bottom > a.top + 1))
         off.push([h.closest('.mla-metric').dataset.label, Math.round(t.left), Math.round(t.right), Math.round(main.left), W]); }
     return {n, off}; }"""
 
@@ -328,6 +336,37 @@ def test_a_chart_goes_full_screen_from_its_modebar_and_back(server, browser):
     after = page.evaluate("() => { const p = document.querySelector('.js-plotly-plot'); "
                           "return [p._fullLayout.width, p._fullLayout.height]; }")
     assert after == before, (after, before)
+    page.close()
+
+
+TIP_SHOWN = "(h) => h.querySelector('.mla-tip').getBoundingClientRect().width > 0"
+
+
+def test_a_tooltip_shows_while_hovered_or_tabbed_to_and_escape_closes_it(server, browser):
+    """A click on a "?" does not leave its tooltip stuck open over the next number (it shows on
+    hover and on keyboard focus only); Escape closes the one shown (WCAG 1.4.13), and the next
+    "?" hovered opens again."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(f"{server}/concurrency?{LINK}", wait_until="domcontentloaded")
+    page.wait_for_selector(".mla-help", timeout=90000)
+    _settle(page)
+    first, second = page.locator(".mla-help").nth(0), page.locator(".mla-help").nth(1)
+    first.click()
+    assert first.evaluate(TIP_SHOWN)  # hovered
+    page.mouse.move(2, 2)
+    assert not first.evaluate(TIP_SHOWN), "the clicked tooltip stayed open"
+    first.hover()
+    assert first.evaluate(TIP_SHOWN)
+    page.keyboard.press("Escape")
+    assert not first.evaluate(TIP_SHOWN), "Escape left the hovered tooltip open"
+    second.hover()
+    assert second.evaluate(TIP_SHOWN) and not first.evaluate(TIP_SHOWN)
+    page.mouse.move(2, 2)
+    first.focus()  # as Tab reaches it
+    page.keyboard.press("Tab")
+    assert second.evaluate("(h) => document.activeElement === h") and second.evaluate(TIP_SHOWN)
+    page.keyboard.press("Escape")
+    assert not second.evaluate(TIP_SHOWN), "Escape left the focused tooltip open"
     page.close()
 
 

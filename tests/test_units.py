@@ -46,6 +46,7 @@ def test_exact_and_rate_and_label_forms():
     assert token_label(131072) == "128K" and token_label(1_000_000) == "1,000,000"
     assert format_token_rate(3456.7) == "3,457 tokens/s"
     assert format_token_rate(42.42) == "42.4 tokens/s"
+    assert format_token_rate(6.83e-12) == "6.83e-12 tokens/s" and format_token_rate(0.0) == "0.000 tokens/s"
     assert "K" not in format_token_rate(1.5e6) and format_token_rate(1.5e6) == "1,500,000 tokens/s"
 
 
@@ -68,6 +69,8 @@ def test_format_rate_and_seconds():
     assert format_rate(989.4e12, "FLOP/s") == "989 TFLOP/s"
     assert format_seconds(0.0048011) == "4.80 ms"
     assert format_seconds(1.95e-5) == "19.5 µs"
+    # A step of a 10^15-token context (the breaker's link): powers of ten, not 14 digits.
+    assert format_seconds(1.464e13) == "1.46e13 s" and format_seconds(99_999.0) == "99999 s"
 
 
 def test_gib_to_bytes_is_decimal_exact():

@@ -93,12 +93,27 @@ if (!window.__mlaCopyLink) {
     catch (e) { button.textContent = "Copy failed: select the address bar"; }
     setTimeout(() => { button.textContent = "Copy link"; }, 2000);
   });
+  // The key numbers' tooltips (ui.metrics): Escape closes the one shown until the pointer or the
+  // keyboard's focus moves to another "?" (WCAG 1.4.13: dismissible without moving the pointer).
+  const root = document.documentElement;
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    root.setAttribute("data-mla-tips-off", "");
+    const help = document.activeElement && document.activeElement.closest && document.activeElement.closest(".mla-help");
+    if (help) help.blur();  // else it would show again once another "?" is hovered (Tab goes on from it)
+  });
+  const reopen = (event) => {
+    if (event.target.closest && event.target.closest(".mla-help")) root.removeAttribute("data-mla-tips-off");
+  };
+  document.addEventListener("pointerover", reopen);
+  document.addEventListener("focusin", reopen);
 }
 </script>"""
 
 
 def copy_link_button() -> None:
     """A "Copy link" button: the browser's address (the page and every setting that differs from
-    its default, ui.state.sync_url) to the clipboard. A constant snippet: no user text goes
-    through it."""
+    its default, ui.state.sync_url) to the clipboard. Its script, drawn once a page in the
+    sidebar, also lets Escape close a key number's tooltip (ui.metrics). A constant snippet: no
+    user text goes through it."""
     st.html(COPY_LINK_HTML, width="content", unsafe_allow_javascript=True)

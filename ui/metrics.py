@@ -11,12 +11,14 @@ of it).
 Each number is a `Metric` (label, value, help, and a grey note under the value: a bound beside an
 estimate); `metric_row` draws them side by side, wrapping on a narrow window. The label and value are
 plain text (escaped here: a model's name from an uploaded config is shown as typed). The help is
-the tooltip of the "?" after the label, as st.metric's, shown on hover or keyboard focus. Numbers never
+the tooltip of the "?" after the label, as st.metric's, shown on hover or keyboard focus (not left
+open by a click), closed by Escape (the sidebar's script, ui.layout.COPY_LINK_HTML). Numbers never
 shrink below their width: a row wraps instead, and on a phone-sized window (640 px and less, where
 st.columns stacks) they stand one a line. Tooltips are placed by CSS anchor positioning (Chromium
 125+, Safari 26): below the "?", rightwards, else leftwards, else across the main area, above the
-"?" near the window's bottom; never under the sidebar or past the window's edge
-(tests/test_browser.py at 420 and 900 px). A browser without it gets the tooltip below the "?",
+"?" near the window's bottom (in the window itself at 768 px and less, where the sidebar lies
+over the page); never under the sidebar or past the window's edges (tests/test_browser.py at
+420 and 900 px). A browser without it gets the tooltip below the "?",
 leftwards in a row's right half. Tests read the numbers back with tests/apptest_util.metrics (the
 data-* attributes of each number).
 """
@@ -45,24 +47,31 @@ CSS = """<style>
   anchor-name: --mla-help; anchor-scope: --mla-help; }
 .mla-help:hover, .mla-help:focus { opacity: 1; }
 .mla-tip { display: none; }
-.mla-help:hover .mla-tip, .mla-help:focus .mla-tip { display: block; position: absolute; z-index: 1000;
+.mla-help:hover .mla-tip, .mla-help:focus-visible .mla-tip { display: block; position: absolute; z-index: 1000;
   top: 1.4rem; left: -0.5rem; width: max-content; max-width: min(22rem, calc(100vw - 2rem)); padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; font-size: 0.875rem; font-weight: 400; line-height: 1.4; white-space: normal;
   text-align: left; color: #fafafa; background: #262730; border: 1px solid rgba(250, 250, 250, 0.2);
   box-shadow: 0 2px 8px rgba(0, 0, 0, 0.35); }
-.mla-tip-left .mla-help:hover .mla-tip, .mla-tip-left .mla-help:focus .mla-tip { left: auto; right: -0.5rem; }
+.mla-tip-left .mla-help:hover .mla-tip, .mla-tip-left .mla-help:focus-visible .mla-tip { left: auto; right: -0.5rem; }
 @supports (position-area: bottom) {
   [data-testid="stElementContainer"]:has(> [data-testid="stHtml"] > .mla-metrics), .mla-help { position: static; }
-  .mla-help:hover .mla-tip, .mla-help:focus .mla-tip, .mla-tip-left .mla-help:hover .mla-tip,
-  .mla-tip-left .mla-help:focus .mla-tip { position: absolute; position-anchor: --mla-help; inset: auto;
+  .mla-help:hover .mla-tip, .mla-help:focus-visible .mla-tip, .mla-tip-left .mla-help:hover .mla-tip,
+  .mla-tip-left .mla-help:focus-visible .mla-tip { position: absolute; position-anchor: --mla-help; inset: auto;
     position-area: bottom span-right; margin: 0.3rem 0 0 -0.5rem;
     position-try-fallbacks: --mla-tip-leftwards, --mla-tip-across, flip-block, --mla-tip-leftwards flip-block,
       --mla-tip-across flip-block; }
-  .mla-tip-left .mla-help:hover .mla-tip, .mla-tip-left .mla-help:focus .mla-tip {
+  .mla-tip-left .mla-help:hover .mla-tip, .mla-tip-left .mla-help:focus-visible .mla-tip {
     position-area: bottom span-left; margin: 0.3rem -0.5rem 0 0;
     position-try-fallbacks: --mla-tip-rightwards, --mla-tip-across, flip-block, --mla-tip-rightwards flip-block,
       --mla-tip-across flip-block; }
 }
+/* A phone-sized window (the sidebar lies over the page there): placed in the window, so that a tooltip
+   near its bottom opens above the "?" (the page's scrolling area would let it run below the fold). */
+@media (max-width: 768px) { @supports (position-area: bottom) {
+  .mla-help:hover .mla-tip, .mla-help:focus-visible .mla-tip, .mla-tip-left .mla-help:hover .mla-tip,
+  .mla-tip-left .mla-help:focus-visible .mla-tip { position: fixed; } } }
+/* Escape closes a tooltip (the sidebar's script: ui.layout.COPY_LINK_HTML) until the pointer or focus moves on. */
+[data-mla-tips-off] .mla-tip { display: none !important; }
 @position-try --mla-tip-leftwards { position-area: bottom span-left; margin: 0.3rem -0.5rem 0 0; }
 @position-try --mla-tip-rightwards { position-area: bottom span-right; margin: 0.3rem 0 0 -0.5rem; }
 @position-try --mla-tip-across { position-area: none; top: anchor(bottom); left: 1rem; right: 1rem; width: auto;
