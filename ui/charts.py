@@ -273,7 +273,9 @@ def legend_below(fig: Figure, entries: int | None = None, *, present: bool = Fal
 # ships (plotly/package_data/plotly.min.js), served by Streamlit's own component route
 # (/component/<name>/...) through a components.v1 declaration of that folder, and loaded once a
 # page load. Colours of text and grid follow the app's theme (light or dark) as the browser
-# computes it; the series keep the colours this module gives them.
+# computes it; the series keep the colours this module gives them, INK takes the text's. The
+# modebar has a full-screen button; on a phone's width (under 640 px) a long title is wrapped and
+# the legend given the rows it wraps into (tests/test_browser.py checks 420 px).
 CHART_JS = r"""
 let loading = null;
 function plotly(src) {
@@ -338,6 +340,43 @@ function sized(layout, el) {  // in full screen, the screen's size; else the fig
   return document.fullscreenElement === el ? Object.assign({}, layout, {width: window.innerWidth, height: window.innerHeight})
                                            : layout;
 }
+// A phone's width: a long title is wrapped (Plotly does not) and a legend above the plot that wraps into
+// several rows pushes the plot down; on a desk they already fit the figure's top margin.
+const NARROW_PX = 640;
+function wrapped(text, chars) {
+  if (text.length <= chars || text.includes('<br>')) return text;
+  const lines = [];
+  let line = '';
+  for (const word of text.split(' ')) {
+    if (line && line.length + 1 + word.length > chars) { lines.push(line); line = word; }
+    else line = line ? line + ' ' + word : word;
+  }
+  lines.push(line);
+  return lines.join('<br>');
+}
+function fitNarrow(el, P) {
+  const L = el._fullLayout, w = el.clientWidth;
+  if (!L || !w || w >= NARROW_PX || document.fullscreenElement === el) return;
+  const size = L.title.font.size || 17, title = L.title.text || '', lg = L.legend;
+  const text = wrapped(title, Math.max(16, Math.floor((w - 16) / (size * 0.56))));
+  const lines = text ? text.split('<br>').length : 0;
+  const shown = L.showlegend && lg.orientation === 'h';
+  const above = shown && lg.yref === 'paper' && lg.y >= 1, below = shown && lg.yref === 'container' && lg.y <= 0;
+  // legend._height: all its rows (more on a phone than the figure made room for), not the part shown
+  // Plotly draws a wrapped title's first line about 1.2 em above a 'top' anchor: the anchor goes that far down
+  const top = Math.ceil(8 + lines * size * 1.45 + (above ? lg._height + 8 : 0) + 6);
+  const bottom = below ? Math.ceil(64 + lg._height + 8) : L.margin.b;
+  if (text === title && top <= L.margin.t && bottom <= L.margin.b) return;
+  const grow = Math.max(0, top - L.margin.t) + Math.max(0, bottom - L.margin.b);
+  return P.relayout(el, {'title.text': text, 'title.yref': 'container', 'title.yanchor': 'top',
+                         'title.y': 1 - (8 + size * 1.2) / (L.height + grow), 'margin.t': Math.max(top, L.margin.t),
+                         'margin.b': Math.max(bottom, L.margin.b), height: L.height + grow});
+}
+function draw(el, P) {  // the last figure handed to this chart, at the chart's width now
+  const {fig, config} = el.mlaLast, text = getComputedStyle(el).color;
+  return P.react(el, inked(fig.data, text), sized(themed(inked(fig.layout, text), el), el), config)
+    .then(() => fitNarrow(el, P));
+}
 export default function (component) {
   const {data, parentElement} = component;
   let el = parentElement.querySelector('div.mla-chart');
@@ -356,8 +395,11 @@ export default function (component) {
         return;
       }
       if (w === 0 || w === width) return;  // hidden (a closed expander) or unchanged
+      const narrow = w < NARROW_PX || (width > 0 && width < NARROW_PX);
       width = w;
-      if (window.Plotly && el._fullLayout) window.Plotly.Plots.resize(el).catch(() => {});
+      if (!window.Plotly || !el._fullLayout) return;
+      if (narrow && el.mlaLast) draw(el, window.Plotly).catch(() => {});  // laid out again for a phone's width
+      else window.Plotly.Plots.resize(el).catch(() => {});
     });
     observer.observe(el);
     el.addEventListener('fullscreenchange', () => {
@@ -375,10 +417,9 @@ export default function (component) {
     if (el.mlaStamp !== stamp) return;  // a newer figure came while plotly.js loaded
     const failed = el.querySelector(':scope > .mla-chart-error');
     if (failed) failed.remove();
-    const text = getComputedStyle(el).color;
     el.mlaHeight = fig.layout.height || null;
-    const config = Object.assign({}, data.config, {modeBarButtonsToAdd: [fullScreen(el)]});
-    return P.react(el, inked(fig.data, text), sized(themed(inked(fig.layout, text), el), el), config);
+    el.mlaLast = {fig, config: Object.assign({}, data.config, {modeBarButtonsToAdd: [fullScreen(el)]})};
+    return draw(el, P);
   }).catch(err => {
     el.mlaStamp = null;  // drawn again on the next rerun
     const note = el.querySelector(':scope > .mla-chart-error') || el.insertBefore(document.createElement('p'), el.firstChild);
