@@ -398,8 +398,8 @@ export default function (component) {
       const narrow = w < NARROW_PX || (width > 0 && width < NARROW_PX);
       width = w;
       if (!window.Plotly || !el._fullLayout) return;
-      if (narrow && el.mlaLast) draw(el, window.Plotly).catch(() => {});  // laid out again for a phone's width
-      else window.Plotly.Plots.resize(el).catch(() => {});
+      const P = window.Plotly;  // to the new width; at a phone's width, laid out again (fitNarrow)
+      P.Plots.resize(el).then(() => (narrow && el.mlaLast ? draw(el, P) : null)).catch(() => {});
     });
     observer.observe(el);
     el.addEventListener('fullscreenchange', () => {
