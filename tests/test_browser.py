@@ -370,6 +370,30 @@ def test_a_tooltip_shows_while_hovered_or_tabbed_to_and_escape_closes_it(server,
     page.close()
 
 
+def test_the_png_download_is_the_chart_at_twice_its_size(server, browser, tmp_path):
+    """The modebar's PNG button (drawn in a system font, so that the legend laid out in the page
+    is the legend drawn in the file): a PNG named after the chart, at twice the plot's size."""
+    import struct
+
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+    page.goto(f"{server}/serving-plan?{LINK}", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    _settle(page)
+    plot = page.locator(".js-plotly-plot").filter(has_text="steps by op class").first
+    plot.scroll_into_view_if_needed()
+    plot.hover()
+    size = plot.evaluate("(p) => [p._fullLayout.width, p._fullLayout.height]")
+    with page.expect_download(timeout=60000) as d:
+        plot.locator('.modebar-btn[data-title="Download plot as a PNG"]').click()
+    assert d.value.suggested_filename == "mla-explorer-serving-breakdown.png", d.value.suggested_filename
+    data = open(d.value.path(), "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (2 * size[0], 2 * (size[1] + 24)), (width, height, size)  # + a legend row
+    assert plot.locator('.modebar-btn[data-title="Download plot as a png"]').count() == 0  # Plotly's own: replaced
+    page.close()
+
+
 def test_the_copy_link_button_copies_this_views_link(server, browser):
     ctx = browser.new_context(viewport={"width": 1440, "height": 900})
     ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)

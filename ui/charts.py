@@ -336,6 +336,22 @@ function fullScreen(el) {
     icon: FULL_SCREEN_ICON,
     click: () => document.fullscreenElement === el ? document.exitFullscreen() : el.requestFullscreen()});
 }
+// The PNG download, drawn in the browser's own sans-serif: Plotly lays a PNG out with the page's
+// text measured in the page's web font (Source Sans), but draws it as an SVG image, which cannot use
+// a web font; the wider fallback then overran the legend's entries ("kernel launches (eage" under the
+// next swatch). A system font is the same in both.
+const EXPORT_FONT = 'Helvetica, Arial, "Liberation Sans", "DejaVu Sans", sans-serif';
+function pngButton(el, options) {
+  return el.mlaPng || (el.mlaPng = {name: 'png', title: 'Download plot as a PNG', icon: window.Plotly.Icons.camera,
+    click: () => {
+      const L = el._fullLayout, below = L.showlegend && L.legend.yref === 'container' && L.legend.y <= 0;
+      const grow = below ? 24 : 0;  // a legend under the plot may take a row more in the system font
+      const layout = Object.assign({}, el.layout, {font: Object.assign({}, el.layout.font, {family: EXPORT_FONT}),
+        margin: Object.assign({}, el.layout.margin, {b: L.margin.b + grow})});
+      return window.Plotly.downloadImage({data: el.data, layout, config: {}},
+        Object.assign({width: L.width, height: L.height + grow}, options));
+    }});
+}
 function sized(layout, el) {  // in full screen, the screen's size; else the figure's own
   return document.fullscreenElement === el ? Object.assign({}, layout, {width: window.innerWidth, height: window.innerHeight})
                                            : layout;
@@ -418,7 +434,9 @@ export default function (component) {
     const failed = el.querySelector(':scope > .mla-chart-error');
     if (failed) failed.remove();
     el.mlaHeight = fig.layout.height || null;
-    el.mlaLast = {fig, config: Object.assign({}, data.config, {modeBarButtonsToAdd: [fullScreen(el)]})};
+    el.mlaLast = {fig, config: Object.assign({}, data.config, {
+      modeBarButtonsToRemove: [...(data.config.modeBarButtonsToRemove || []), 'toImage'],
+      modeBarButtonsToAdd: [pngButton(el, data.config.toImageButtonOptions), fullScreen(el)]})};
     return draw(el, P);
   }).catch(err => {
     el.mlaStamp = null;  // drawn again on the next rerun
