@@ -31,18 +31,22 @@ class LayerCell(Result):
 
 @dataclass(frozen=True)
 class LayerMap(Result):
-    """Everything the layer map draws: one cell per layer, its legend (each distinct (kind, label)
-    in first-seen order: a kind whose layers differ, e.g. DeepSeek-V4's compressed layers with
-    three compression rates, has an entry per label), and the totals for one sequence (bytes, ints)."""
+    """Everything the layer map draws: one cell per layer, its legend, and the totals for one
+    sequence (bytes, ints)."""
 
     context: int
-    legend: tuple[tuple[str, str], ...]  # (kind, label)
     cells: tuple[LayerCell, ...]
     kv_bytes_per_sequence: int
     state_bytes_per_sequence: int
     cache_bytes_per_sequence: int
     all_full_attention_bytes_per_sequence: int
     is_hybrid: bool
+
+    @property
+    def legend(self) -> tuple[tuple[str, str], ...]:
+        """Each distinct (kind, label) in layer order: a kind whose layers differ (DeepSeek-V4's
+        compressed layers at three compression rates) has an entry per label."""
+        return tuple(dict.fromkeys((c.kind, c.label) for c in self.cells))
 
     @property
     def uniform(self) -> bool:
@@ -60,8 +64,7 @@ def layer_map(model: ModelSpec, context: int, kv_dtype: str = "auto", cache_layo
     cells = sorted((LayerCell(i, g.kind, g.label, g.draft, g.tokens_held, g.kv_bytes_per_layer,
                               g.state_bytes_per_layer, g.bytes_per_layer, g.index_bytes_per_layer)
                     for g in groups for i in g.layer_indices), key=lambda c: c.index)
-    legend = tuple(dict.fromkeys((c.kind, c.label) for c in cells))
     kv = sum(c.kv_bytes for c in cells)
     state = sum(c.state_bytes for c in cells)
     full = all_full_attention_bytes(model, context, kv_dtype, cache_layout, block_size=block_size)
-    return LayerMap(context, legend, tuple(cells), kv, state, kv + state, full, model.is_hybrid)
+    return LayerMap(context, tuple(cells), kv, state, kv + state, full, model.is_hybrid)

@@ -13,6 +13,11 @@ import types
 
 import streamlit as st
 
+# A mark drawn in the page's ink: the chart element draws this colour in the page's text colour,
+# near-black on the light theme and light on the dark one, where black would not show (the reference
+# marks: memory per GPU, the best point, saturation, the second model, measured points). Black in a
+# figure handed elsewhere (a PNG export draws what the page drew).
+INK = "#000000"
 COLORS = {
     "MHA": "#E69F00",
     "GQA": "#56B4E9",
@@ -23,14 +28,8 @@ COLORS = {
     "MLA expanded": "#CC79A7",
     "MLA recompute": "#0072B2",
     "model": "#F0E442",
-    "measured": "#000000",
+    "measured": INK,
 }
-# A mark drawn in the page's ink: the chart element draws this colour in the page's text colour,
-# near-black on the light theme and light on the dark one, where black would not show (the reference
-# marks: memory per GPU, the best point, saturation, the second model, measured points). Black in a
-# figure handed elsewhere (a PNG export draws what the page drew).
-INK = "#000000"
-COLORS["measured"] = INK
 SEQUENCE = ["#D55E00", "#0072B2", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442", "#999999"]
 # Past the eight colours a series takes the next marker symbol: (colour, symbol) pairs stay distinct
 # for 48 series (a 64-GPU search draws a line per split).
@@ -243,6 +242,7 @@ def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = 
     return fig
 
 
+LEGEND_BELOW_AXIS_PX = 64  # the x axis's ticks and title above a legend under the plot (legend_below)
 LEGEND_ROW_PX = 24  # one row of a horizontal legend at the desk's type size (30 on a slide)
 
 
@@ -259,7 +259,7 @@ def legend_below(fig: Figure, entries: int | None = None, *, present: bool = Fal
     height = (fig.layout.get("height") or _base_layout(bool(present))["height"]) + extra
     fig.update_layout(legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0,
                               "xanchor": "left"},
-                      margin={"b": 64 + (16 if present else 0) + extra}, height=height)
+                      margin={"b": LEGEND_BELOW_AXIS_PX + (16 if present else 0) + extra}, height=height)
     return fig
 
 
@@ -341,11 +341,14 @@ function fullScreen(el) {
 // a web font; the wider fallback then overran the legend's entries ("kernel launches (eage" under the
 // next swatch). A system font is the same in both.
 const EXPORT_FONT = 'Helvetica, Arial, "Liberation Sans", "DejaVu Sans", sans-serif';
+function legendBelow(L) {  // a horizontal legend under the plot (ui.charts.legend_below)
+  return L.showlegend && L.legend.orientation === 'h' && L.legend.yref === 'container' && L.legend.y <= 0;
+}
 function pngButton(el, options) {
   return el.mlaPng || (el.mlaPng = {name: 'png', title: 'Download plot as a PNG', icon: window.Plotly.Icons.camera,
     click: () => {
-      const L = el._fullLayout, below = L.showlegend && L.legend.yref === 'container' && L.legend.y <= 0;
-      const grow = below ? 24 : 0;  // a legend under the plot may take a row more in the system font
+      const L = el._fullLayout;
+      const grow = legendBelow(L) ? __LEGEND_ROW_PX__ : 0;  // a legend under the plot may take a row more
       const layout = Object.assign({}, el.layout, {font: Object.assign({}, el.layout.font, {family: EXPORT_FONT}),
         margin: Object.assign({}, el.layout.margin, {b: L.margin.b + grow})});
       return window.Plotly.downloadImage({data: el.data, layout, config: {}},
@@ -376,14 +379,13 @@ function fitNarrow(el, P) {
   const size = L.title.font.size || 17, title = L.title.text || '', lg = L.legend;
   const text = wrapped(title, Math.max(16, Math.floor((w - 16) / (size * 0.56))));
   const lines = text ? text.split('<br>').length : 0;
-  const shown = L.showlegend && lg.orientation === 'h';
-  const above = shown && lg.yref === 'paper' && lg.y >= 1, below = shown && lg.yref === 'container' && lg.y <= 0;
+  const above = L.showlegend && lg.orientation === 'h' && lg.yref === 'paper' && lg.y >= 1;
   // legend._height: all its rows (more on a phone than the figure made room for), not the part shown
-  // Plotly draws a wrapped title's first line about 1.2 em above a 'top' anchor: the anchor goes that far down
   const top = Math.ceil(8 + lines * size * 1.45 + (above ? lg._height + 8 : 0) + 6);
-  const bottom = below ? Math.ceil(64 + lg._height + 8) : L.margin.b;
+  const bottom = legendBelow(L) ? Math.ceil(__LEGEND_BELOW_AXIS_PX__ + lg._height + 8) : L.margin.b;
   if (text === title && top <= L.margin.t && bottom <= L.margin.b) return;
   const grow = Math.max(0, top - L.margin.t) + Math.max(0, bottom - L.margin.b);
+  // Plotly draws a wrapped title's first line about 1.2 em above a 'top' anchor: the anchor goes that far down
   return P.relayout(el, {'title.text': text, 'title.yref': 'container', 'title.yanchor': 'top',
                          'title.y': 1 - (8 + size * 1.2) / (L.height + grow), 'margin.t': Math.max(top, L.margin.t),
                          'margin.b': Math.max(bottom, L.margin.b), height: L.height + grow});
@@ -446,7 +448,8 @@ export default function (component) {
   });
 }
 """
-CHART_JS = CHART_JS.replace("__INK__", INK)
+CHART_JS = (CHART_JS.replace("__INK__", INK).replace("__LEGEND_BELOW_AXIS_PX__", str(LEGEND_BELOW_AXIS_PX))
+            .replace("__LEGEND_ROW_PX__", str(LEGEND_ROW_PX)))
 # The series' colours when a trace names none (Plotly's colorway): this module's palette. Streamlit's
 # own "streamlit" template holds placeholder colours its chart element swaps in the browser.
 TEMPLATE = {"layout": {"colorway": SEQUENCE[1:] + SEQUENCE[:1]}}  # orange (MLA, objectives) last
