@@ -11,6 +11,7 @@ advice of the copy they run from, and say before anyone clicks that torch is mis
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from dataclasses import asdict, dataclass
@@ -42,16 +43,25 @@ class Setup:
         return asdict(self)
 
 
+_TORCH_FOUND = False
+
+
 def torch_installed() -> bool:
-    """Whether torch can be found (importlib.util.find_spec: nothing is imported)."""
-    try:
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether torch can be found (importlib.util.find_spec: nothing is imported). Once found it
+    stays found for the process (the app asks on every rerun); a missing torch is looked for again
+    each time, so one installed while the server runs is seen."""
+    global _TORCH_FOUND
+    if not _TORCH_FOUND:
+        try:
+            _TORCH_FOUND = importlib.util.find_spec("torch") is not None
+        except (ImportError, ValueError):
+            return False
+    return _TORCH_FOUND
 
 
-def setup() -> Setup:
-    """This copy's Setup (see the class)."""
+@functools.lru_cache(maxsize=1)
+def _this_copy() -> dict:
+    """The Setup fields that cannot change while the process runs (the copy and its files)."""
     root = _checkout_root()
     checkout = root is not None
 
@@ -61,6 +71,10 @@ def setup() -> Setup:
     h200 = present(H200_SCRIPT)
     cli = ".venv/bin/python -m mla_core" if checkout else "mla-explorer"
     elsewhere = f"bash {h200}" if h200 else f"{cli} bench --device cuda --out result.json"
-    return Setup(checkout=checkout, torch_installed=torch_installed(),
-                 torch_install=TORCH_INSTALL["checkout" if checkout else "installed"], cli=cli, h200_script=h200,
-                 engine_samples=present(ENGINE_SAMPLES), measure_elsewhere=elsewhere)
+    return dict(checkout=checkout, torch_install=TORCH_INSTALL["checkout" if checkout else "installed"], cli=cli,
+                h200_script=h200, engine_samples=present(ENGINE_SAMPLES), measure_elsewhere=elsewhere)
+
+
+def setup() -> Setup:
+    """This copy's Setup (see the class)."""
+    return Setup(torch_installed=torch_installed(), **_this_copy())

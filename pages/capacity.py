@@ -53,7 +53,7 @@ def _example():
 def deployment(model):
     """Configuration 1's own controls (widgets only)."""
     if v["gpu_memory_utilization"] < GMU_MIN:  # the widget's floor (views.capacity_view warns)
-        st.session_state["gpu_memory_utilization"] = GMU_MIN
+        state.set_values(gpu_memory_utilization=GMU_MIN)
     blocks = sorted({*BLOCK_CHOICES, v["block_size"]})
     with st.expander("Deployment: GPUs, parallelism, dtypes and memory (configuration 1)", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)

@@ -193,7 +193,7 @@ def variants(model, kv_dtype):
     for w in k.warnings:
         text.warning(w)
     if v["gqa_groups"] != k.gqa_groups:  # refused: the widget shows the default used
-        st.session_state["gqa_groups"] = k.gqa_groups
+        state.set_values(gqa_groups=k.gqa_groups)
     # Drawn while open: open at first on a desk when the link sets one of them (else closed,
     # so a slider move does not pay for five widgets nobody looks at).
     changed = any(v[key] != params.PARAMS[key].default for key in COMPARISON_KEYS)

@@ -66,7 +66,7 @@ def settings(model, g):
                           "dtype's.")
         choices = [0, *gqa_group_choices(model)]
         if v["gqa_groups"] not in choices:  # refused (views.roofline_view warns): the widget shows the default
-            st.session_state["gqa_groups"] = 0
+            state.set_values(gqa_groups=0)
         default = default_gqa_groups(model)
         c4.selectbox("GQA groups (KV heads)", choices, persist_state="session", key="gqa_groups",
                      format_func=lambda n: f"default ({default})" if n == 0 else str(n))
@@ -486,7 +486,7 @@ def profile_picker(base):
     ss = st.session_state
     pv = roofline_profiles(base.name, int(ss.get("roofline_profile") or 0))
     if ss.get("roofline_profile") != pv.chosen:
-        ss["roofline_profile"] = pv.chosen  # an id this history does not hold for the model: none
+        state.set_values(roofline_profile=pv.chosen)  # an id this history does not hold for the model: none
     if len(pv.options) > 1 or pv.chosen:
         st.selectbox("Measured kernel profile (Benchmark page)", pv.options, persist_state="session",
                      key="roofline_profile", format_func=lambda i: pv.labels.get(i, str(i)),

@@ -9,7 +9,8 @@ plan) made of functions that each draw what one core call returns: `inputs` (wid
 (serving.search), `headline` (views.serving_headline), `breakdown` (views.serving_breakdown),
 `frontier` (views.serving_frontier), `splits` (views.serving_split_rows), `launch`
 (views.command_lines), and two sections of their own, rerun alone by their widgets: `traffic`
-(views.traffic_view) and `pd_pools` (views.disagg_view). A new section is one more such function
+(views.traffic_view) and `pd_pools` (views.disagg_view). The search, the traffic run and the pools
+are kept across reruns with the same inputs (ui.memo). A new section is one more such function
 called from `serving_page` with the plan."""
 import html
 
@@ -17,14 +18,13 @@ from ui.charts import plot  # plotly.graph_objects spelt as plain dicts (ui/char
 import streamlit as st
 
 from mla_core.errors import MLAError
-from mla_core.serving import Workload, search
+from mla_core.serving import Workload
 from mla_core.serving.engines import ENGINES, engine_rules
 from mla_core.serving.tables import TABLE_SOURCES
 from mla_core.units import WEIGHT_DTYPES, format_bytes, format_count, format_seconds
 from mla_core.views import (NOT_SERVED, TRAFFIC_MAX_PROMPTS, TRAFFIC_MODES, TRAFFIC_RATES, command_lines,
-                            disagg_view, serving_breakdown, serving_frontier, serving_headline, serving_split_rows,
-                            traffic_view)
-from ui import charts, layout, models, state
+                            serving_breakdown, serving_frontier, serving_headline, serving_split_rows)
+from ui import charts, layout, memo, models, state
 from ui.collectives import LINK_KEY
 from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame
@@ -57,7 +57,8 @@ def _profiles() -> dict:
                             + (f" ({r['label']})" if r["label"] else ""))
     if st.session_state.get("profile", 0) not in options:
         st.warning(f"Kernel profile run {st.session_state.get('profile')} is not in the store: none is used.")
-        st.session_state["profile"] = v["profile"] = 0
+        state.set_values(profile=0)
+        v["profile"] = 0
     return options
 
 
@@ -126,18 +127,26 @@ def estimate_kw() -> dict:
     return dict(engine=v["engine"], kernel_tables=v["kernel_tables"], profile=v["profile"] or None)
 
 
-def plan_for(model, gpu, dep_kw):
-    """serving.search with the state's inputs; None (the error shown) when it refuses them."""
+def _sorted(**kw) -> tuple:
+    return tuple(sorted(kw.items()))
+
+
+def search_kw(dep_kw) -> tuple:
+    """serving.search's keyword arguments from the state, sorted (ui.memo.plan's key)."""
     acceptance = v["acceptance"] if v["spec_tokens"] else 0.0
+    return _sorted(num_gpus=v["num_gpus"], gpus_per_node=v["gpus_per_node"],
+                   workload=Workload(v["input_len"], v["output_len"], v["prefix_hit"], v["spec_tokens"], acceptance),
+                   ttft_ms=v["ttft_ms"] or None, tpot_ms=v["tpot_ms"] or None,
+                   usd_per_gpu_hour=v["usd_per_gpu_hour"] or None, pp=v["pp"] or None, **dep_kw, **estimate_kw())
+
+
+def plan_for(model, gpu, kw: tuple):
+    """serving.search with the state's inputs (`kw`: search_kw); None (the error shown) when it
+    refuses them."""
     if v["acceptance"] and not v["spec_tokens"]:
         st.info("An acceptance rate needs speculative tokens (k >= 1); it is ignored.")
     try:
-        plan = search(model, gpu, num_gpus=v["num_gpus"], gpus_per_node=v["gpus_per_node"],
-                      workload=Workload(v["input_len"], v["output_len"], v["prefix_hit"], v["spec_tokens"],
-                                        acceptance),
-                      ttft_ms=v["ttft_ms"] or None, tpot_ms=v["tpot_ms"] or None,
-                      usd_per_gpu_hour=v["usd_per_gpu_hour"] or None, pp=v["pp"] or None,
-                      **dep_kw, **estimate_kw())
+        plan = memo.plan(model, gpu, kw)
     except MLAError as e:
         st.error(escape_md(f"No plan: {e}", 400))
         return None
@@ -347,7 +356,7 @@ def _ms(x) -> str:
 
 
 @layout.section
-def traffic(model, gpu, plan, dep_kw):
+def traffic(model, gpu, plan_kw, dep_kw):
     """Requests over time at the best point (views.traffic_view), behind its toggle: it simulates
     a run per rate of the sweep, so it is off until asked for and reruns alone."""
     global v
@@ -371,8 +380,9 @@ def traffic(model, gpu, plan, dep_kw):
     c3.number_input("Prompts a run (num_prompts)", 1, TRAFFIC_MAX_PROMPTS, step=100, persist_state="session",
                     key="num_prompts")
     try:
-        t = traffic_view(model, gpu, plan, mode=v["traffic_mode"], rate=v["rate"], max_concurrency=v["max_concurrency"],
-                         num_prompts=v["num_prompts"], **estimate_kw(), **dep_kw)
+        t = memo.traffic(model, gpu, plan_kw, _sorted(mode=v["traffic_mode"], rate=v["rate"],
+                                                      max_concurrency=v["max_concurrency"],
+                                                      num_prompts=v["num_prompts"], **estimate_kw(), **dep_kw))
     except MLAError as e:
         st.error(escape_md(f"No traffic run: {e}", 400))
         return
@@ -425,7 +435,7 @@ def traffic(model, gpu, plan, dep_kw):
 
 
 @layout.section
-def pd_pools(model, gpu, plan, dep_kw):
+def pd_pools(model, gpu, plan_kw, dep_kw):
     """A prefill pool and a decode pool (views.disagg_view), behind its toggle."""
     global v
     v = state.values()
@@ -439,8 +449,8 @@ def pd_pools(model, gpu, plan, dep_kw):
     c1.number_input("Prefill GPUs (0 and 0: sizes searched)", 0, 4096, step=1, persist_state="session",
                     key="prefill_gpus")
     c2.number_input("Decode GPUs", 0, 4096, step=1, persist_state="session", key="decode_gpus")
-    d = disagg_view(model, gpu, plan, prefill_gpus=v["prefill_gpus"], decode_gpus=v["decode_gpus"], **estimate_kw(),
-                    **dep_kw)
+    d = memo.pools(model, gpu, plan_kw, _sorted(prefill_gpus=v["prefill_gpus"], decode_gpus=v["decode_gpus"],
+                                                **estimate_kw(), **dep_kw))
     if not d.available:
         st.error(escape_md(f"No disaggregated pair: {d.reason}", 400))
         return
@@ -492,7 +502,8 @@ def serving_page():
     gpu = models.gpu_preset(v["gpu"])
     link_Bps = inputs()
     dep_kw = deployment_kw(kv_dtype, link_Bps)
-    plan = plan_for(model, gpu, dep_kw)
+    plan_kw = search_kw(dep_kw)
+    plan = plan_for(model, gpu, plan_kw)
     if plan is None:
         return
     headline(model, plan)
@@ -503,8 +514,8 @@ def serving_page():
         return
     splits(plan)
     launch(plan)
-    traffic(model, gpu, plan, dep_kw)
-    pd_pools(model, gpu, plan, dep_kw)
+    traffic(model, gpu, plan_kw, dep_kw)
+    pd_pools(model, gpu, plan_kw, dep_kw)
 
 gpu_name = models.gpu_labels().get(v["gpu"], v["gpu"])
 if present:  # one slide: the title names the model and the GPUs; the best point's numbers; the frontier

@@ -8,6 +8,7 @@ Every test gets its own history file through MLA_EXPLORER_HISTORY.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -567,6 +568,8 @@ def test_an_installed_copy_without_torch_says_so_before_the_click(monkeypatch):
     from mla_core import install
 
     monkeypatch.setattr(install, "_checkout_root", lambda: None)  # as in site-packages
+    # the copy is read once a process: a fresh cache for this one (the real one is put back after)
+    monkeypatch.setattr(install, "_this_copy", functools.lru_cache(maxsize=1)(install._this_copy.__wrapped__))
     monkeypatch.setattr(install, "torch_installed", lambda: False)
     at = run_page(PAGE)
     no_exceptions(at)

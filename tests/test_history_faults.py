@@ -554,8 +554,12 @@ def test_a_bad_engine_file_is_one_line_through_the_cli(store, tmp_path, name, te
 @pytest.mark.parametrize("name, text, expected", BAD_ENGINE_FILES)
 def test_a_bad_engine_file_is_one_line_on_the_page(store, name, text, expected):
     from apptest_util import no_exceptions, run_page, shown
+    from ui import engine_runs
 
     at = run_page("pages/benchmark.py")
+    assert "_eng_upload" not in [u.key for u in at.file_uploader]  # the import expander: drawn only while open
+    at.session_state[engine_runs.IMPORT_KEY] = True
+    at.run()
     at.file_uploader(key="_eng_upload").set_value((name, text.encode(), "application/json"))
     at.button(key="_eng_import").click().run()
     no_exceptions(at)

@@ -55,6 +55,10 @@ def _import() -> None:
     ss["_eng_show"] = run_id
 
 
+IMPORT_KEY = "_eng_import_open"
+REPLAY_KEY = "_eng_replay_open"
+
+
 def _defaults() -> None:
     ss = st.session_state
     v = values()
@@ -74,20 +78,26 @@ def section(present: bool = False) -> None:
                "model's plan at the same model, GPU, split, lengths and batch (or concurrency). The model's times are "
                "lower bounds and its rates upper bounds: a measured figure that beats one is a modelling error. Or "
                f"from a shell: `{install.setup().cli} bench import FILE --model M --gpu G --tp N`.")
-    _defaults()
-    with st.expander("Import an engine result", expanded=False):
-        st.file_uploader("The engine's output file (at most 1 MiB here; larger ones with `bench import FILE`)", type=["json", "jsonl"], key="_eng_upload")
-        c1, c2, c3, c4 = st.columns(4)
-        c1.selectbox("Model (vLLM files name it)", model_ids(), key="_eng_model")
-        c2.selectbox("GPU", gpu_ids(), key="_eng_gpu")
-        c3.number_input("GPUs (num_gpus)", 1, 4096, step=1, key="_eng_num_gpus")
-        c4.number_input("Tensor parallel (--tensor-parallel-size / --tp-size)", 1, 4096, step=1, key="_eng_tp")
-        c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Expert parallel (--ep-size)", 1, 4096, step=1, key="_eng_ep")
-        c2.toggle("DP attention (--enable-dp-attention)", key="_eng_dp")
-        c3.selectbox("kv_cache_dtype", engines.KV_DTYPES, key="_eng_kv")
-        c4.text_input("Label (optional)", key="_eng_label", max_chars=200)
-        st.button("Import", key="_eng_import", on_click=_import)
+    # Drawn while open (its ten widgets were a quarter of the Benchmark page's server time when
+    # closed); the settings keep their values meanwhile (persist_state).
+    box = layout.lazy_expander("Import an engine result", IMPORT_KEY)
+    if box.open:
+        _defaults()
+        with box:
+            st.file_uploader("The engine's output file (at most 1 MiB here; larger ones with `bench import FILE`)",
+                             type=["json", "jsonl"], key="_eng_upload")
+            c1, c2, c3, c4 = st.columns(4)
+            c1.selectbox("Model (vLLM files name it)", model_ids(), persist_state="session", key="_eng_model")
+            c2.selectbox("GPU", gpu_ids(), persist_state="session", key="_eng_gpu")
+            c3.number_input("GPUs (num_gpus)", 1, 4096, step=1, persist_state="session", key="_eng_num_gpus")
+            c4.number_input("Tensor parallel (--tensor-parallel-size / --tp-size)", 1, 4096, step=1,
+                            persist_state="session", key="_eng_tp")
+            c1, c2, c3, c4 = st.columns(4)
+            c1.number_input("Expert parallel (--ep-size)", 1, 4096, step=1, persist_state="session", key="_eng_ep")
+            c2.toggle("DP attention (--enable-dp-attention)", persist_state="session", key="_eng_dp")
+            c3.selectbox("kv_cache_dtype", engines.KV_DTYPES, persist_state="session", key="_eng_kv")
+            c4.text_input("Label (optional)", persist_state="session", key="_eng_label", max_chars=200)
+            st.button("Import", key="_eng_import", on_click=_import)
     msg = ss.pop("_eng_message", None)
     if msg:
         (st.error if msg[0] == "error" else st.success)(escape_md(msg[1], 400))
@@ -149,9 +159,6 @@ def section(present: bool = False) -> None:
     fig.update_layout(barmode="group")
     charts.show(fig, "engine-tpot", key="_eng_chart")
     replayed(result)
-
-
-REPLAY_KEY = "_eng_replay_open"
 
 
 def replayed(result: dict) -> None:

@@ -20,6 +20,9 @@ Widgets use the parameter names as keys and no `value=` (the state seeds them).
 """
 from __future__ import annotations
 
+import collections
+import threading
+
 import streamlit as st
 
 from . import params
@@ -57,6 +60,7 @@ def init() -> None:
                 ss[key] = values.get(key, p.default)
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
+        _forget_values()
     else:
         # The Benchmark page's widgets do not persist themselves: a key of theirs away from its
         # default is re-assigned to itself, so Streamlit keeps it when its widget is not drawn.
@@ -66,10 +70,48 @@ def init() -> None:
                 ss[key] = have[key]
 
 
+# values() of the run in progress, by session: {session id: (that run's cursors, values)}.
+# Streamlit gives every run (a page's or a fragment's) a new `cursors` dict, so a memo made in an
+# earlier run is never taken for this one; the memo holds that dict, so no later run's can reuse
+# its id. Writes to the state within a run go through set_values() (or init()), which drop it.
+# The last _RUN_VALUES_MAX sessions are kept (an older one reads the state again).
+_RUN_VALUES: "collections.OrderedDict[str, tuple]" = collections.OrderedDict()
+_RUN_VALUES_MAX = 256
+_RUN_VALUES_LOCK = threading.Lock()
+
+
+def _run_ctx():
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    return get_script_run_ctx()
+
+
 def values() -> dict:
-    """Every link parameter's value (its default where the state has none)."""
-    ss = st.session_state
-    return {k: ss.get(k, p.default) for k, p in params.PARAMS.items() if p.url}
+    """Every link parameter's value (its default where the state has none), as a new dict.
+
+    Read once a run: the state is read whole (one `to_dict()`, one pass over its keys, against a
+    pass a key for `st.session_state.get`), and the next call of the same run copies that reading.
+    A page reads it at its top and again in each section, which reruns alone."""
+    ctx = _run_ctx()
+    memo = _RUN_VALUES.get(ctx.session_id) if ctx is not None else None
+    if memo is not None and memo[0] is ctx.cursors:
+        return dict(memo[1])
+    have = st.session_state.to_dict()
+    out = {k: have.get(k, p.default) for k, p in params.PARAMS.items() if p.url}
+    if ctx is not None:
+        with _RUN_VALUES_LOCK:
+            _RUN_VALUES[ctx.session_id] = (ctx.cursors, out)
+            _RUN_VALUES.move_to_end(ctx.session_id)
+            while len(_RUN_VALUES) > _RUN_VALUES_MAX:
+                _RUN_VALUES.popitem(last=False)
+    return dict(out)
+
+
+def _forget_values() -> None:
+    ctx = _run_ctx()
+    if ctx is not None:
+        with _RUN_VALUES_LOCK:
+            _RUN_VALUES.pop(ctx.session_id, None)
 
 
 def sync_url() -> None:
@@ -90,8 +132,10 @@ def show_link_warnings() -> None:
 
 
 def set_values(**kwargs) -> None:
-    """For callbacks: set state values (before widgets are drawn on the next run)."""
+    """Set state values: in callbacks (before widgets are drawn on the next run), or in a run
+    before the widget of that key is drawn (values() then reads them)."""
     for key, value in kwargs.items():
         if key not in params.PARAMS:
             raise KeyError(key)
         st.session_state[key] = value
+    _forget_values()
