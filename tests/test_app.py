@@ -226,3 +226,37 @@ def test_analytic_pages_never_import_torch():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out == {"torch": False, "exc": []}, p.stderr[-2000:]
+
+
+def _values_script():
+    import streamlit as st
+
+    from ui import state
+
+    state.init()
+    first = state.values()
+    first["num_gpus"] = -1  # a copy: a later reading of the same run is not changed by it
+    again = state.values()
+    st.number_input("GPUs", 1, 4096, persist_state="session", key="num_gpus")
+    if st.session_state.get("_set_tp"):
+        state.set_values(tp=st.session_state["_set_tp"])  # before tp's widget: the run's next reading has it
+    after = state.values()
+    st.text(f"{again['num_gpus']} {after['num_gpus']} {again['tp']} {after['tp']}")
+
+
+def test_the_state_is_read_once_a_run_and_a_write_within_the_run_is_seen():
+    """ui.state.values() keeps one reading for the run in progress (ui/state.py): a copy each call,
+    a new reading on the next run, and set_values() within the run drops the kept one."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_values_script, default_timeout=60)
+    at.run()
+    no_exceptions(at)
+    assert at.text[0].value == "8 8 8 8" == " ".join(str(params.PARAMS[k].default) for k in
+                                                       ("num_gpus", "num_gpus", "tp", "tp"))
+    at.number_input(key="num_gpus").set_value(16).run()  # the next run reads the state again
+    assert at.text[0].value == "16 16 8 8"
+    at.session_state["_set_tp"] = 4
+    at.run()
+    no_exceptions(at)
+    assert at.text[0].value == "16 16 8 4"

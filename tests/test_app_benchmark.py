@@ -586,3 +586,26 @@ def test_an_installed_copy_without_torch_says_so_before_the_click(monkeypatch):
         assert absent not in text, absent
     assert "mla-explorer bench --device cuda --out result.json" in text
     assert "mla-explorer bench --device cpu --quick --out result.json" in text
+
+
+def test_the_engine_import_is_drawn_while_open_and_keeps_its_settings_closed():
+    """Its ten widgets cost the page's reruns nothing while the expander is shut (ui.engine_runs);
+    what was set there is still set when it is opened again (persist_state)."""
+    from ui import engine_runs
+
+    at = run_page(PAGE)
+    no_exceptions(at)
+    assert "_eng_tp" not in [w.key for w in at.number_input]
+    at.session_state[engine_runs.IMPORT_KEY] = True
+    at.run()
+    at.number_input(key="_eng_tp").set_value(4).run()
+    at.selectbox(key="_eng_kv").set_value("fp8").run()
+    at.session_state[engine_runs.IMPORT_KEY] = False
+    at.run()
+    assert "_eng_tp" not in [w.key for w in at.number_input]
+    at.switch_page("pages/kv_cache.py").run()
+    at.switch_page(PAGE).run()
+    at.session_state[engine_runs.IMPORT_KEY] = True
+    at.run()
+    no_exceptions(at)
+    assert at.number_input(key="_eng_tp").value == 4 and at.selectbox(key="_eng_kv").value == "fp8"

@@ -280,3 +280,39 @@ def test_presentation_mode_keeps_the_headline_and_the_best_few_splits():
     assert drawn == [ln.label + (f" ({ln.same_as})" if ln.same_as else "") for ln in fr.lines] and len(drawn) <= 3
     assert fig["layout"]["legend"]["orientation"] == "v"  # inside the plot: no scrollbar on a slide
     assert not at.dataframe  # no table on a slide
+
+
+def test_a_rerun_with_the_same_inputs_keeps_the_plan_and_the_traffic_run(monkeypatch):
+    """The sidebar's context (which the workload overrides here) reruns the page without a new
+    search or traffic run (ui.memo); a changed input searches again and the page shows that plan."""
+    from ui import memo
+
+    calls = {"search": 0, "traffic": 0}
+
+    def counted(name, fn):
+        def wrapped(*a, **kw):
+            calls[name] += 1
+            return fn(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(memo, "search", counted("search", memo.search))
+    monkeypatch.setattr(memo, "traffic_view", counted("traffic", memo.traffic_view))
+    memo.plan.cache_clear()
+    memo.traffic.cache_clear()
+    at = run_page(PAGE, **dict(LINK, traffic="1", rate="2", num_prompts="100"))
+    no_exceptions(at)
+    assert calls == {"search": 1, "traffic": 1}
+    shown_before = metric(at, "p99 TTFT")
+    for context in (65536, 32768):  # the sidebar's number box
+        at.number_input(key="context").set_value(context).run()
+        no_exceptions(at)
+        assert at.session_state["context"] == context
+    assert calls == {"search": 1, "traffic": 1}
+    assert metric(at, "p99 TTFT") == shown_before == format_seconds(_traffic_core(mode="rate", rate=2.0,
+                                                                                   num_prompts=100).result.ttft_s.p99)
+    at.number_input(key="num_gpus").set_value(8).run()
+    no_exceptions(at)
+    assert calls == {"search": 2, "traffic": 2}
+    plan = search(load_model("deepseek-v3"), load_gpu("h200"), num_gpus=8, gpus_per_node=8,
+                  workload=Workload(4096, 1024), ttft_ms=2000, tpot_ms=50, usd_per_gpu_hour=3.0)
+    assert metric(at, "Best split") == plan.best.split
