@@ -8,7 +8,7 @@ from mla_core.units import KV_DTYPES, TOKEN_RULE
 from ui import charts, layout, models, params, state, whatif
 
 state.init()
-present = bool(st.session_state["present"])
+present = bool(state.values()["present"])
 st.set_page_config(
     page_title="MLA explorer",
     page_icon="🧮",
@@ -48,18 +48,18 @@ with st.sidebar:
     if not st.session_state.get("config"):
         options = [o for o in options if o != params.UPLOAD]
     labels = models.sidebar_labels(options)  # fixed for this run (AppTest formats later)
-    st.selectbox("Model", options, persist_state="session", key="model", format_func=lambda k: labels.get(k, k),
+    st.selectbox("Model", options, persist_state="session", key=state.seeded("model"), format_func=lambda k: labels.get(k, k),
                  on_change=whatif.reset,
                  help="A preset, a config.json uploaded on the KV page, or an architecture set by hand there. "
                       "A new model starts the what-if sliders from its own values.")
-    st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, persist_state="session", key="kv_dtype",
+    st.selectbox("KV cache dtype (kv_cache_dtype)", KV_DTYPES, persist_state="session", key=state.seeded("kv_dtype"),
                  help="auto = the model's torch_dtype. fp8_ds_mla = FlashMLA's FP8 latent (656 B per token "
                       "per layer for DeepSeek-V3); q8_0 / q4_0 / fp4 are block formats.")
     whatif.context_control()
     whatif.batch_control()
     gpu_labels = models.gpu_labels()
-    st.selectbox("GPU", list(gpu_labels), persist_state="session", key="gpu", format_func=lambda k: gpu_labels.get(k, k))
-    st.toggle("Presentation mode", persist_state="session", key="present",
+    st.selectbox("GPU", list(gpu_labels), persist_state="session", key=state.seeded("gpu"), format_func=lambda k: gpu_labels.get(k, k))
+    st.toggle("Presentation mode", persist_state="session", key=state.seeded("present"),
               help="Larger type and charts for a projector; page controls start collapsed.")
 
 if present:

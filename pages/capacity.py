@@ -57,27 +57,27 @@ def deployment(model):
     blocks = sorted({*BLOCK_CHOICES, v["block_size"]})
     with st.expander("Deployment: GPUs, parallelism, dtypes and memory (configuration 1)", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("GPUs (num_gpus)", 1, 4096, step=1, persist_state="session", key="num_gpus")
-        c2.number_input("Tensor parallel size (tp), shared with the Roofline page", 1, 4096, step=1, persist_state="session", key="tp",
+        c1.number_input("GPUs (num_gpus)", 1, 4096, step=1, persist_state="session", key=state.seeded("num_gpus"))
+        c2.number_input("Tensor parallel size (tp), shared with the Roofline page", 1, 4096, step=1, persist_state="session", key=state.seeded("tp"),
                         help="One setting for both pages. Weights split tp ways; MHA/GQA KV heads split too (never "
                              "below one per GPU). The MLA latent has no head axis: every TP rank stores all of it.")
-        c3.toggle("DP-attention (dp_attention)", persist_state="session", key="dp_attention",
+        c3.toggle("DP-attention (dp_attention)", persist_state="session", key=state.seeded("dp_attention"),
                   help="Attention data parallelism: each GPU holds whole, distinct sequences with all their KV "
                        "heads; attention weights are whole on every GPU, the rest (experts) split over all GPUs.")
-        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key="weights_dtype",
+        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key=state.seeded("weights_dtype"),
                      format_func=lambda d: f"auto ({model.default_weights_dtype})" if d == "auto" else d,
                      help="auto = the model's default: fp8 for fp8 checkpoints (quantization_config), else "
                           "torch_dtype.")
         c1, c2, c3, c4 = st.columns(4)
-        c1.slider("gpu_memory_utilization", GMU_MIN, 1.0, step=0.01, format="%.2f", persist_state="session", key="gpu_memory_utilization",
+        c1.slider("gpu_memory_utilization", GMU_MIN, 1.0, step=0.01, format="%.2f", persist_state="session", key=state.seeded("gpu_memory_utilization"),
                         help="vLLM's meaning: the fraction of each GPU's memory the engine may use for weights, "
                              "KV cache and the reserve. The rest is left alone (headroom).")
-        c2.number_input("GPU memory, GiB (0 = the preset's)", 0.0, 1e6, step=1.0, format="%.2f", persist_state="session", key="gpu_memory_gib",
+        c2.number_input("GPU memory, GiB (0 = the preset's)", 0.0, 1e6, step=1.0, format="%.2f", persist_state="session", key=state.seeded("gpu_memory_gib"),
                         help="Type what your driver reports (e.g. nvidia-smi's MiB / 1024) to replace the preset's "
                              "figure.")
-        c3.number_input("Reserve per GPU, GiB", 0.0, 1e6, step=0.5, format="%.2f", persist_state="session", key="reserve_gib",
+        c3.number_input("Reserve per GPU, GiB", 0.0, 1e6, step=0.5, format="%.2f", persist_state="session", key=state.seeded("reserve_gib"),
                         help="Kept out of the KV budget: activations, CUDA graphs, the sampler, fragmentation.")
-        c4.selectbox("Block size (tokens)", blocks, persist_state="session", key="block_size",
+        c4.selectbox("Block size (tokens)", blocks, persist_state="session", key=state.seeded("block_size"),
                      format_func=lambda n: f"default ({default_block_size(model)})" if n == 0 else str(n),
                      help="KV page size. Default: 64 for MLA models (FlashMLA), 16 otherwise (vLLM).")
         st.caption("GPU preset, KV cache dtype and context are in the sidebar; configurations 2 and 3 are set "
@@ -430,15 +430,15 @@ def compare(model, gpu, cv, configs):
             labels, gpu_labels = models.model_labels(), models.gpu_labels()
             for i, col in zip((2, 3), st.columns(2)):
                 with col:
-                    st.selectbox(f"Configuration {i}: model", ["", *model_ids()], persist_state="session", key=f"cmp{i}_model",
+                    st.selectbox(f"Configuration {i}: model", ["", *model_ids()], persist_state="session", key=state.seeded(f"cmp{i}_model"),
                                  format_func=lambda k: "(off)" if not k else labels.get(k, k))
-                    st.selectbox(f"Configuration {i}: GPU", gpu_ids(), persist_state="session", key=f"cmp{i}_gpu",
+                    st.selectbox(f"Configuration {i}: GPU", gpu_ids(), persist_state="session", key=state.seeded(f"cmp{i}_gpu"),
                                  format_func=lambda k: gpu_labels.get(k, k))
                     c1, c2 = st.columns(2)
-                    c1.number_input(f"Configuration {i}: GPUs", 1, 4096, step=1, persist_state="session", key=f"cmp{i}_num_gpus")
-                    c2.number_input(f"Configuration {i}: tp", 1, 4096, step=1, persist_state="session", key=f"cmp{i}_tp")
-                    c1.toggle(f"Configuration {i}: DP-attention", persist_state="session", key=f"cmp{i}_dp_attention")
-                    c2.selectbox(f"Configuration {i}: KV dtype", KV_DTYPES, persist_state="session", key=f"cmp{i}_kv_dtype")
+                    c1.number_input(f"Configuration {i}: GPUs", 1, 4096, step=1, persist_state="session", key=state.seeded(f"cmp{i}_num_gpus"))
+                    c2.number_input(f"Configuration {i}: tp", 1, 4096, step=1, persist_state="session", key=state.seeded(f"cmp{i}_tp"))
+                    c1.toggle(f"Configuration {i}: DP-attention", persist_state="session", key=state.seeded(f"cmp{i}_dp_attention"))
+                    c2.selectbox(f"Configuration {i}: KV dtype", KV_DTYPES, persist_state="session", key=state.seeded(f"cmp{i}_kv_dtype"))
             st.caption("Shared with configuration 1: context, gpu_memory_utilization, reserve, weights dtype (auto = "
                        "each model's own), block size (default = each model's). Memory is each preset's figure read "
                        "as GiB.")

@@ -86,9 +86,9 @@ def filters(cv):
     sources = [g["source"] for g in cv.summary["by_source"]]
     with st.expander("Filters", expanded=not present):
         f1, f2, f3 = st.columns(3)
-        f1.multiselect("Topic", topics, persist_state="session", key="claims_topic", placeholder="all topics")
-        f2.multiselect("Verdict", ["reproduced", "differs"], persist_state="session", key="claims_verdict", placeholder="both verdicts")
-        f3.multiselect("Source document", sources, persist_state="session", key="claims_source", placeholder="all three documents",
+        f1.multiselect("Topic", topics, persist_state="session", key=state.seeded("claims_topic"), placeholder="all topics")
+        f2.multiselect("Verdict", ["reproduced", "differs"], persist_state="session", key=state.seeded("claims_verdict"), placeholder="both verdicts")
+        f3.multiselect("Source document", sources, persist_state="session", key=state.seeded("claims_source"), placeholder="all three documents",
                        format_func=lambda seed: f"{cv.titles.get(seed, seed)} ({seed[:3]})")
 
 

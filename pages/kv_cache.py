@@ -96,15 +96,15 @@ def model_source():
             st.button("Use the pasted config", on_click=_on_paste)
         with tab_hand:
             c1, c2, c3, c4 = st.columns(4)
-            c1.selectbox("Attention", ["mha", "gqa", "mqa", "mla"], persist_state="session", key="attention", format_func=str.upper)
-            c2.number_input("Layers", 1, 1000, step=1, persist_state="session", key="layers")
-            c3.number_input("Query heads", 1, 1024, step=1, persist_state="session", key="heads")
-            c4.number_input("Head dim d_h", 1, 1024, step=1, persist_state="session", key="head_dim")
+            c1.selectbox("Attention", ["mha", "gqa", "mqa", "mla"], persist_state="session", key=state.seeded("attention"), format_func=str.upper)
+            c2.number_input("Layers", 1, 1000, step=1, persist_state="session", key=state.seeded("layers"))
+            c3.number_input("Query heads", 1, 1024, step=1, persist_state="session", key=state.seeded("heads"))
+            c4.number_input("Head dim d_h", 1, 1024, step=1, persist_state="session", key=state.seeded("head_dim"))
             c1, c2, c3, _ = st.columns(4)
-            c1.number_input("KV heads (GQA)", 1, 1024, step=1, persist_state="session", key="kv_heads", disabled=v["attention"] != "gqa")
-            c2.number_input("MLA latent d_c (kv_lora_rank)", 1, 16384, step=64, persist_state="session", key="kv_lora_rank",
+            c1.number_input("KV heads (GQA)", 1, 1024, step=1, persist_state="session", key=state.seeded("kv_heads"), disabled=v["attention"] != "gqa")
+            c2.number_input("MLA latent d_c (kv_lora_rank)", 1, 16384, step=64, persist_state="session", key=state.seeded("kv_lora_rank"),
                             disabled=v["attention"] != "mla")
-            c3.number_input("MLA RoPE key d_r (qk_rope_head_dim)", 1, 1024, step=16, persist_state="session", key="rope_dim",
+            c3.number_input("MLA RoPE key d_r (qk_rope_head_dim)", 1, 1024, step=16, persist_state="session", key=state.seeded("rope_dim"),
                             disabled=v["attention"] != "mla")
             b1, b2 = st.columns(2)
             b1.button("Use this architecture", on_click=_use_by_hand, type="primary")
@@ -123,7 +123,7 @@ def model_messages():
 def second_model_picker():
     """A second preset beside the first (state key `kv_model2`); returns it or None."""
     labels = models.model_labels()
-    st.selectbox("Second model, in its own column", ["", *model_ids()], persist_state="session", key="kv_model2",
+    st.selectbox("Second model, in its own column", ["", *model_ids()], persist_state="session", key=state.seeded("kv_model2"),
                  format_func=lambda k: "(none)" if not k else labels.get(k, k), on_change=_rerun_page,
                  help="A preset costed at the sidebar's context, batch and KV dtype beside the first model; "
                       "its cache is drawn on the chart too.")
@@ -170,14 +170,14 @@ def comparison_settings(box, k):
     """The comparison's own widgets (state keys COMPARISON_KEYS) in `box`."""
     with box:
         c1, c2, c3, c4, c5 = st.columns(5)
-        c1.selectbox("GQA groups (KV heads)", k.gqa_choices, persist_state="session", key="gqa_groups",
+        c1.selectbox("GQA groups (KV heads)", k.gqa_choices, persist_state="session", key=state.seeded("gqa_groups"),
                      format_func=lambda g: f"default ({k.default_gqa_groups})" if g == 0 else str(g))
-        c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, persist_state="session", key="cmp_kv_lora_rank")
-        c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, persist_state="session", key="cmp_rope_dim")
-        c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), persist_state="session", key="block_size",
+        c2.number_input("MLA d_c (0 = model's / 4 d_h)", 0, 16384, step=64, persist_state="session", key=state.seeded("cmp_kv_lora_rank"))
+        c3.number_input("MLA d_r (0 = model's / d_h/2)", 0, 1024, step=16, persist_state="session", key=state.seeded("cmp_rope_dim"))
+        c4.selectbox("Block size (tokens)", sorted({0, 1, 16, 32, 64, 128, 256, v["block_size"]}), persist_state="session", key=state.seeded("block_size"),
                      format_func=lambda n: "no rounding" if n == 0 else str(n))
         if k.model_is_mla:
-            c5.radio("MLA cache layout", ["latent", "expanded"], persist_state="session", key="cache_layout",
+            c5.radio("MLA cache layout", ["latent", "expanded"], persist_state="session", key=state.seeded("cache_layout"),
                      help="latent: (d_c + d_r) per token per layer (absorbed path, MLA-aware engines). "
                           "expanded: per-head K and V (the naive path; engines without MLA support).")
 

@@ -55,30 +55,30 @@ def settings(model, g):
     """The page's own controls (widgets only)."""
     with st.expander("Roofline settings", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)
-        c1.radio("MLA path (decode step, TP chart)", MLA_PATHS, persist_state="session", key="mla_path", horizontal=True,
+        c1.radio("MLA path (decode step, TP chart)", MLA_PATHS, persist_state="session", key=state.seeded("mla_path"), horizontal=True,
                  help="absorbed: attention on the latent (FlashMLA). recompute: latent cached, K and V rebuilt every "
                       "step. expanded: reads the per-head cache of an MLA-unaware engine.")
-        c2.number_input("Tensor parallel size (tp), shared with the Capacity page", 1, 4096, step=1, persist_state="session", key="tp",
+        c2.number_input("Tensor parallel size (tp), shared with the Capacity page", 1, 4096, step=1, persist_state="session", key=state.seeded("tp"),
                         help="One setting for both pages. The decode step shows one GPU's share: weights / TP, query "
                              "heads / TP, the MLA latent whole.")
-        c3.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key="weights_dtype",
+        c3.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key=state.seeded("weights_dtype"),
                      help="auto: fp8 for fp8-quantized configs, else torch_dtype. The step's peak is the weights' "
                           "dtype's.")
         choices = [0, *gqa_group_choices(model)]
         if v["gqa_groups"] not in choices:  # refused (views.roofline_view warns): the widget shows the default
             state.set_values(gqa_groups=0)
         default = default_gqa_groups(model)
-        c4.selectbox("GQA groups (KV heads)", choices, persist_state="session", key="gqa_groups",
+        c4.selectbox("GQA groups (KV heads)", choices, persist_state="session", key=state.seeded("gqa_groups"),
                      format_func=lambda n: f"default ({default})" if n == 0 else str(n))
         c1, c2, c3, _ = st.columns(4)
         if variant_dims_settable(model):  # an MLA model's d_c and d_r: the what-if sliders below, the one control
             c1.number_input("MLA variant's d_c (0 = 4 d_h)", 0, 16384, step=64, persist_state="session",
-                            key="cmp_kv_lora_rank", help="The latent width of the same-width MLA variant of this "
+                            key=state.seeded("cmp_kv_lora_rank"), help="The latent width of the same-width MLA variant of this "
                                                          "model, which has no MLA of its own.")
             c2.number_input("MLA variant's d_r (0 = d_h / 2)", 0, 1024, step=16, persist_state="session",
-                            key="cmp_rope_dim", help="The decoupled RoPE key of the same-width MLA variant.")
+                            key=state.seeded("cmp_rope_dim"), help="The decoupled RoPE key of the same-width MLA variant.")
         if g.needs_peak:
-            c3.number_input(f"Peak of {g.name}, dense bf16 TFLOP/s", 0.0, 1e6, step=1.0, persist_state="session", key="peak_tflops",
+            c3.number_input(f"Peak of {g.name}, dense bf16 TFLOP/s", 0.0, 1e6, step=1.0, persist_state="session", key=state.seeded("peak_tflops"),
                             help="Apple publishes no tensor peak; the benchmark page measures one (matmul TFLOP/s).")
 
 
@@ -489,7 +489,7 @@ def profile_picker(base):
         state.set_values(roofline_profile=pv.chosen)  # an id this history does not hold for the model: none
     if len(pv.options) > 1 or pv.chosen:
         st.selectbox("Measured kernel profile (Benchmark page)", pv.options, persist_state="session",
-                     key="roofline_profile", format_func=lambda i: pv.labels.get(i, str(i)),
+                     key=state.seeded("roofline_profile"), format_func=lambda i: pv.labels.get(i, str(i)),
                      help="A stored `bench --profile` run of this model: its attention decode calls are drawn as "
                           "stars beside the predictions.")
     if pv.message:

@@ -67,45 +67,45 @@ def inputs():
     measured link's bandwidth when the user chose to use one (this session only), else None."""
     with st.expander("Deployment, workload and objectives", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("GPUs in the deployment", 1, 4096, step=1, persist_state="session", key="num_gpus")
-        c2.number_input("GPUs a node", 1, 4096, step=1, persist_state="session", key="gpus_per_node",
+        c1.number_input("GPUs in the deployment", 1, 4096, step=1, persist_state="session", key=state.seeded("num_gpus"))
+        c2.number_input("GPUs a node", 1, 4096, step=1, persist_state="session", key=state.seeded("gpus_per_node"),
                         help="Collectives within a node use the GPU's link (NVLink); across nodes, the network below.")
         c3.number_input("Network per GPU across nodes, Gb/s", 0.001, 1e7, step=100.0, persist_state="session",
-                        key="internode_gbps")
-        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key="weights_dtype",
+                        key=state.seeded("internode_gbps"))
+        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key=state.seeded("weights_dtype"),
                      help="auto: fp8 for fp8-quantized configs, else torch_dtype.")
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Input tokens a request", 1, 10**7, step=512, persist_state="session", key="input_len")
-        c2.number_input("Output tokens a request", 1, 10**7, step=128, persist_state="session", key="output_len")
-        c3.number_input("Prefix-cache hit rate", 0.0, 0.99, step=0.05, persist_state="session", key="prefix_hit",
+        c1.number_input("Input tokens a request", 1, 10**7, step=512, persist_state="session", key=state.seeded("input_len"))
+        c2.number_input("Output tokens a request", 1, 10**7, step=128, persist_state="session", key=state.seeded("output_len"))
+        c3.number_input("Prefix-cache hit rate", 0.0, 0.99, step=0.05, persist_state="session", key=state.seeded("prefix_hit"),
                         help="Share of input tokens already cached: prefill computes only the rest.")
         c4.number_input("GPU memory utilization", 0.01, 1.0, step=0.01, persist_state="session",
-                        key="gpu_memory_utilization",
+                        key=state.seeded("gpu_memory_utilization"),
                         help="vLLM's gpu_memory_utilization (SGLang's mem_fraction_static).")
         c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Speculative tokens a step (k)", 0, 16, step=1, persist_state="session", key="spec_tokens",
+        c1.number_input("Speculative tokens a step (k)", 0, 16, step=1, persist_state="session", key=state.seeded("spec_tokens"),
                         help="MTP / EAGLE: a step verifies k + 1 tokens a sequence.")
-        c2.number_input("Acceptance rate (a)", 0.0, 0.99, step=0.05, persist_state="session", key="acceptance",
+        c2.number_input("Acceptance rate (a)", 0.0, 0.99, step=0.05, persist_state="session", key=state.seeded("acceptance"),
                         help="Each speculative token's chance to be accepted: (1 - a^(k+1)) / (1 - a) tokens a step.")
-        c3.number_input("TTFT objective, ms (0: none)", 0.0, 1e9, step=100.0, persist_state="session", key="ttft_ms")
-        c4.number_input("TPOT objective, ms (0: none)", 0.0, 1e9, step=5.0, persist_state="session", key="tpot_ms")
+        c3.number_input("TTFT objective, ms (0: none)", 0.0, 1e9, step=100.0, persist_state="session", key=state.seeded("ttft_ms"))
+        c4.number_input("TPOT objective, ms (0: none)", 0.0, 1e9, step=5.0, persist_state="session", key=state.seeded("tpot_ms"))
         c1, c2, c3, c4 = st.columns(4)
         c1.selectbox("Engine", ENGINES, format_func=lambda e: engine_rules(e).label, persist_state="session",
-                     key="engine", help="The engine whose kernel tables, step overheads and CUDA-graph rules the "
+                     key=state.seeded("engine"), help="The engine whose kernel tables, step overheads and CUDA-graph rules the "
                                         "estimate follows, and whose launch command comes first.")
         c2.selectbox("Kernel tables", TABLE_SOURCES, format_func=TABLE_LABELS.get, persist_state="session",
-                     key="kernel_tables", help="Where each op's time comes from, by precedence: your own profile "
+                     key=state.seeded("kernel_tables"), help="Where each op's time comes from, by precedence: your own profile "
                                                "(`python -m mla_core bench --profile`), aiconfigurator-core's "
                                                "measured tables (pip install '.[aic]'), else uncalibrated.")
         profiles = _profiles()
         c3.selectbox("Kernel profile", list(profiles), format_func=profiles.get, persist_state="session",
-                     key="profile", help="A stored `bench --profile` run: first in precedence. 'none' when the "
+                     key=state.seeded("profile"), help="A stored `bench --profile` run: first in precedence. 'none' when the "
                                          "store holds none.")
         c4.number_input("Pipeline stages, PP (0: every split searched)", 0, 64, step=1, persist_state="session",
-                        key="pp", help="vLLM --pipeline-parallel-size / SGLang --pp-size: the layers split over PP "
+                        key=state.seeded("pp"), help="vLLM --pipeline-parallel-size / SGLang --pp-size: the layers split over PP "
                                        "stages of num_gpus / PP GPUs each (TP within a stage).")
         st.number_input("Your price of one GPU hour, $ (0: none; no price is built in)", 0.0, 1e6, step=0.1,
-                        persist_state="session", key="usd_per_gpu_hour")
+                        persist_state="session", key=state.seeded("usd_per_gpu_hour"))
     # A collectives run picked on the Benchmark page replaces the datasheet link figures (this session only).
     measured_link = st.session_state.get(LINK_KEY)
     if measured_link and st.toggle(
@@ -362,23 +362,23 @@ def traffic(model, gpu, plan_kw, dep_kw):
     global v
     v = state.values()
     st.subheader("Traffic: requests over time at the best point")
-    st.toggle("Simulate traffic (a few seconds)", persist_state="session", key="traffic",
+    st.toggle("Simulate traffic (a few seconds)", persist_state="session", key=state.seeded("traffic"),
               help="A continuous-batching engine (vLLM's scheduler, its default max_num_seqs and "
                    "max_num_batched_tokens) serving Poisson arrivals or a closed loop of clients, step times from "
                    "the estimate; the SLOs are the objectives above.")
     if not v["traffic"]:
         return
     c1, c2, c3 = st.columns([1, 2, 1])
-    c1.radio("Arrivals", TRAFFIC_MODES, persist_state="session", key="traffic_mode", horizontal=True,
+    c1.radio("Arrivals", TRAFFIC_MODES, persist_state="session", key=state.seeded("traffic_mode"), horizontal=True,
              format_func={"rate": "Poisson rate", "concurrency": "max concurrency"}.get)
     if v["traffic_mode"] == "rate":
-        c2.select_slider("Request rate, requests/s (log scale)", TRAFFIC_RATES, persist_state="session", key="rate",
+        c2.select_slider("Request rate, requests/s (log scale)", TRAFFIC_RATES, persist_state="session", key=state.seeded("rate"),
                          format_func=lambda r: f"{r:g}")
     else:
         c2.number_input("Max concurrency (clients)", 1, 1 << 20, step=8, persist_state="session",
-                        key="max_concurrency")
+                        key=state.seeded("max_concurrency"))
     c3.number_input("Prompts a run (num_prompts)", 1, TRAFFIC_MAX_PROMPTS, step=100, persist_state="session",
-                    key="num_prompts")
+                    key=state.seeded("num_prompts"))
     try:
         t = memo.traffic(model, gpu, plan_kw, _sorted(mode=v["traffic_mode"], rate=v["rate"],
                                                       max_concurrency=v["max_concurrency"],
@@ -440,15 +440,15 @@ def pd_pools(model, gpu, plan_kw, dep_kw):
     global v
     v = state.values()
     st.subheader("Prefill/decode disaggregation")
-    st.toggle("Split into a prefill pool and a decode pool", persist_state="session", key="disagg",
+    st.toggle("Split into a prefill pool and a decode pool", persist_state="session", key=state.seeded("disagg"),
               help="SGLang / vLLM / Dynamo PD disaggregation: the prompt's KV cache moves once from a prefill GPU to "
                    "a decode GPU.")
     if not v["disagg"]:
         return
     c1, c2 = st.columns(2)
     c1.number_input("Prefill GPUs (0 and 0: sizes searched)", 0, 4096, step=1, persist_state="session",
-                    key="prefill_gpus")
-    c2.number_input("Decode GPUs", 0, 4096, step=1, persist_state="session", key="decode_gpus")
+                    key=state.seeded("prefill_gpus"))
+    c2.number_input("Decode GPUs", 0, 4096, step=1, persist_state="session", key=state.seeded("decode_gpus"))
     d = memo.pools(model, gpu, plan_kw, _sorted(prefill_gpus=v["prefill_gpus"], decode_gpus=v["decode_gpus"],
                                                 **estimate_kw(), **dep_kw))
     if not d.available:

@@ -2,7 +2,9 @@
 
 - `init()` (top of app.py, every full run): on a session's first run the query parameters are
   parsed (`ui.params`: every refused value falls back to its default and the reason is kept for
-  `show_link_warnings()`) and seeded into the session state under the parameter names.
+  `show_link_warnings()`) and the link's values seeded into the session state under the
+  parameter names; a parameter the link does not set enters the state with its default when its
+  widget is first drawn (`seeded()`), and `values()` gives the default until then.
 - Values survive pages that do not draw their widget because every widget the pages key by a
   parameter name is drawn with Streamlit's own `persist_state="session"`. Only the Benchmark
   page's session keys (`params.REASSIGNED`, widgets in ui/bench_*.py that do not persist
@@ -16,7 +18,7 @@ Why not Streamlit's `bind="query-params"` for the link: a bound widget drops a v
 use without a word (the project's rule is a warning and the default, tests/test_app.py), writes a
 select box's formatted label rather than its value (`model=deepseek-v3 (MLA)`), and carries a
 page's parameters only while that page is shown, where a link here keeps every setting.
-Widgets use the parameter names as keys and no `value=` (the state seeds them).
+Widgets use the parameter names as keys (through `seeded()`) and no `value=` (the state holds it).
 """
 from __future__ import annotations
 
@@ -55,9 +57,9 @@ def init() -> None:
         if values.get("model") == params.UPLOAD and not values.get("config"):
             warnings.append("The link says model=upload but carries no config; the default model is used.")
             values.pop("model")
-        for key, p in params.PARAMS.items():
-            if p.url:
-                ss[key] = values.get(key, p.default)
+        for key, value in values.items():  # the link's own values only: the rest wait for their widget
+            if params.PARAMS[key].url:
+                ss[key] = value
         ss[_WARNINGS] = warnings
         ss[_INIT] = True
         _forget_values()
@@ -112,6 +114,21 @@ def _forget_values() -> None:
     if ctx is not None:
         with _RUN_VALUES_LOCK:
             _RUN_VALUES.pop(ctx.session_id, None)
+
+
+def seeded(key: str) -> str:
+    """`key`, for the widget that keeps it (`key=state.seeded("tp"), persist_state="session"`):
+    a link parameter the state does not hold yet gets its default first, so the widget shows it.
+
+    A session's state starts with the link's own values (init), not every parameter of every
+    page: each number box, select box and radio button passes over the whole state when it is
+    drawn (Streamlit's SessionState.filtered_state, to see whether its key holds None), so a
+    rerun's cost grows with the widgets drawn times the keys held. A key enters the state when
+    its widget is first drawn and stays (persist_state). Other keys are returned as they are."""
+    p = params.PARAMS.get(key)
+    if p is not None and p.url and key not in st.session_state:
+        st.session_state[key] = p.default
+    return key
 
 
 def sync_url() -> None:

@@ -86,14 +86,14 @@ def context_control() -> None:
     """The sidebar's context: a log-scale slider that snaps to CONTEXT_STOPS, the exact count
     beside it and a number box for any value (state key `context`)."""
     ss = st.session_state
-    context = int(ss["context"])
+    context = int(state.values()["context"])
     ss[CONTEXT_SLIDER] = nearest_stop(context, CONTEXT_STOPS)
     st.select_slider("Context, on a log scale", CONTEXT_STOPS, key=CONTEXT_SLIDER,
                      on_change=_from_slider, args=("context", CONTEXT_SLIDER),
                      format_func=token_label,
                      help="Each step doubles (a log scale), then 2M, 4M and 10M; type any count below. " + TOKEN_RULE)
     st.number_input("Context, tokens per sequence", min_value=1, max_value=params.MAX_UI_CONTEXT, step=1024,
-                    persist_state="session", key="context",
+                    persist_state="session", key=state.seeded("context"),
                     help="T: tokens held per sequence. Any whole number up to 10^15. " + TOKEN_RULE)
     st.caption(f"T = **{context:,}** tokens ({format_tokens(context)})"
                + ("" if context in CONTEXT_STOPS else "; the slider shows the nearest stop"))
@@ -103,9 +103,9 @@ def batch_control() -> None:
     """The sidebar's batch: a log-scale slider over BATCH_STOPS and a number box for any count
     (state key `batch`)."""
     ss = st.session_state
-    batch = int(ss["batch"])
+    batch = int(state.values()["batch"])
     ss[BATCH_SLIDER] = nearest_stop(batch, BATCH_STOPS, "batch")
     st.select_slider("Batch, on a log scale", BATCH_STOPS, key=BATCH_SLIDER, on_change=_from_slider,
                      args=("batch", BATCH_SLIDER), format_func=lambda b: f"{b:,}",
                      help="Each step doubles; type any count below.")
-    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, persist_state="session", key="batch")
+    st.number_input("Batch, sequences", min_value=1, max_value=params.MAX_UI_BATCH, step=1, persist_state="session", key=state.seeded("batch"))
