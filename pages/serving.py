@@ -127,20 +127,16 @@ def estimate_kw() -> dict:
     return dict(engine=v["engine"], kernel_tables=v["kernel_tables"], profile=v["profile"] or None)
 
 
-def _sorted(**kw) -> tuple:
-    return tuple(sorted(kw.items()))
-
-
-def search_kw(dep_kw) -> tuple:
-    """serving.search's keyword arguments from the state, sorted (ui.memo.plan's key)."""
+def search_kw(dep_kw) -> dict:
+    """serving.search's keyword arguments from the state."""
     acceptance = v["acceptance"] if v["spec_tokens"] else 0.0
-    return _sorted(num_gpus=v["num_gpus"], gpus_per_node=v["gpus_per_node"],
-                   workload=Workload(v["input_len"], v["output_len"], v["prefix_hit"], v["spec_tokens"], acceptance),
-                   ttft_ms=v["ttft_ms"] or None, tpot_ms=v["tpot_ms"] or None,
-                   usd_per_gpu_hour=v["usd_per_gpu_hour"] or None, pp=v["pp"] or None, **dep_kw, **estimate_kw())
+    return dict(num_gpus=v["num_gpus"], gpus_per_node=v["gpus_per_node"],
+                workload=Workload(v["input_len"], v["output_len"], v["prefix_hit"], v["spec_tokens"], acceptance),
+                ttft_ms=v["ttft_ms"] or None, tpot_ms=v["tpot_ms"] or None,
+                usd_per_gpu_hour=v["usd_per_gpu_hour"] or None, pp=v["pp"] or None, **dep_kw, **estimate_kw())
 
 
-def plan_for(model, gpu, kw: tuple):
+def plan_for(model, gpu, kw: dict):
     """serving.search with the state's inputs (`kw`: search_kw); None (the error shown) when it
     refuses them."""
     if v["acceptance"] and not v["spec_tokens"]:
@@ -380,9 +376,9 @@ def traffic(model, gpu, plan_kw, dep_kw):
     c3.number_input("Prompts a run (num_prompts)", 1, TRAFFIC_MAX_PROMPTS, step=100, persist_state="session",
                     key=state.seeded("num_prompts"))
     try:
-        t = memo.traffic(model, gpu, plan_kw, _sorted(mode=v["traffic_mode"], rate=v["rate"],
-                                                      max_concurrency=v["max_concurrency"],
-                                                      num_prompts=v["num_prompts"], **estimate_kw(), **dep_kw))
+        t = memo.traffic(model, gpu, plan_kw, mode=v["traffic_mode"], rate=v["rate"],
+                         max_concurrency=v["max_concurrency"], num_prompts=v["num_prompts"], **estimate_kw(),
+                         **dep_kw)
     except MLAError as e:
         st.error(escape_md(f"No traffic run: {e}", 400))
         return
@@ -449,8 +445,8 @@ def pd_pools(model, gpu, plan_kw, dep_kw):
     c1.number_input("Prefill GPUs (0 and 0: sizes searched)", 0, 4096, step=1, persist_state="session",
                     key=state.seeded("prefill_gpus"))
     c2.number_input("Decode GPUs", 0, 4096, step=1, persist_state="session", key=state.seeded("decode_gpus"))
-    d = memo.pools(model, gpu, plan_kw, _sorted(prefill_gpus=v["prefill_gpus"], decode_gpus=v["decode_gpus"],
-                                                **estimate_kw(), **dep_kw))
+    d = memo.pools(model, gpu, plan_kw, prefill_gpus=v["prefill_gpus"], decode_gpus=v["decode_gpus"],
+                   **estimate_kw(), **dep_kw)
     if not d.available:
         st.error(escape_md(f"No disaggregated pair: {d.reason}", 400))
         return

@@ -297,8 +297,7 @@ def test_a_rerun_with_the_same_inputs_keeps_the_plan_and_the_traffic_run(monkeyp
 
     monkeypatch.setattr(memo, "search", counted("search", memo.search))
     monkeypatch.setattr(memo, "traffic_view", counted("traffic", memo.traffic_view))
-    memo.plan.cache_clear()
-    memo.traffic.cache_clear()
+    memo.clear()
     at = run_page(PAGE, **dict(LINK, traffic="1", rate="2", num_prompts="100"))
     no_exceptions(at)
     assert calls == {"search": 1, "traffic": 1}
