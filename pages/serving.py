@@ -24,7 +24,7 @@ from mla_core.serving.tables import TABLE_SOURCES
 from mla_core.units import WEIGHT_DTYPES, format_bytes, format_count, format_seconds
 from mla_core.views import (NOT_SERVED, TRAFFIC_MAX_PROMPTS, TRAFFIC_MODES, TRAFFIC_RATES, command_lines,
                             serving_breakdown, serving_frontier, serving_headline, serving_split_rows)
-from ui import charts, layout, memo, models, state
+from ui import charts, layout, memo, models, params, state
 from ui.collectives import LINK_KEY
 from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame
@@ -62,50 +62,71 @@ def _profiles() -> dict:
     return options
 
 
+# The inputs a plan is usually asked with come first; the rest (the cluster's shape, the weights and
+# memory, speculative decoding, the kernel tables, PP) sit in a section drawn only while it is open
+# (ui.layout.lazy_expander): ten widgets fewer on every rerun of the page while it is shut. It opens
+# at first when the link sets one of them.
+MORE_KEYS = ("gpus_per_node", "internode_gbps", "weights_dtype", "prefix_hit", "gpu_memory_utilization",
+             "spec_tokens", "acceptance", "kernel_tables", "profile", "pp")
+MORE_LABEL = ("More settings: GPUs a node and the network, weights dtype, prefix cache, memory utilization, "
+              "speculative decoding, kernel tables and profile, pipeline stages")
+
+
+def more_settings():
+    """The inputs of MORE_KEYS (widgets only), drawn while their section is open."""
+    changed = any(v[k] != params.PARAMS[k].default for k in MORE_KEYS)
+    box = layout.lazy_expander(MORE_LABEL, "_serving_more", expanded=changed and not present)
+    if not box.open:
+        return
+    with box:
+        c1, c2, c3, c4 = st.columns(4)
+        c1.number_input("GPUs a node", 1, 4096, step=1, persist_state="session", key=state.seeded("gpus_per_node"),
+                        help="Collectives within a node use the GPU's link (NVLink); across nodes, the network beside.")
+        c2.number_input("Network per GPU across nodes, Gb/s", 0.001, 1e7, step=100.0, persist_state="session",
+                        key=state.seeded("internode_gbps"))
+        c3.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key=state.seeded("weights_dtype"),
+                     help="auto: fp8 for fp8-quantized configs, else torch_dtype.")
+        c4.number_input("GPU memory utilization", 0.01, 1.0, step=0.01, persist_state="session",
+                        key=state.seeded("gpu_memory_utilization"),
+                        help="vLLM's gpu_memory_utilization (SGLang's mem_fraction_static).")
+        c1, c2, c3, c4 = st.columns(4)
+        c1.number_input("Prefix-cache hit rate", 0.0, 0.99, step=0.05, persist_state="session", key=state.seeded("prefix_hit"),
+                        help="Share of input tokens already cached: prefill computes only the rest.")
+        c2.number_input("Speculative tokens a step (k)", 0, 16, step=1, persist_state="session", key=state.seeded("spec_tokens"),
+                        help="MTP / EAGLE: a step verifies k + 1 tokens a sequence.")
+        c3.number_input("Acceptance rate (a)", 0.0, 0.99, step=0.05, persist_state="session", key=state.seeded("acceptance"),
+                        help="Each speculative token's chance to be accepted: (1 - a^(k+1)) / (1 - a) tokens a step.")
+        c4.number_input("Pipeline stages, PP (0: every split searched)", 0, 64, step=1, persist_state="session",
+                        key=state.seeded("pp"), help="vLLM --pipeline-parallel-size / SGLang --pp-size: the layers split over PP "
+                                       "stages of num_gpus / PP GPUs each (TP within a stage).")
+        c1, c2 = st.columns(2)
+        c1.selectbox("Kernel tables", TABLE_SOURCES, format_func=TABLE_LABELS.get, persist_state="session",
+                     key=state.seeded("kernel_tables"), help="Where each op's time comes from, by precedence: your own profile "
+                                               "(`python -m mla_core bench --profile`), aiconfigurator-core's "
+                                               "measured tables (pip install '.[aic]'), else uncalibrated.")
+        profiles = _profiles()
+        c2.selectbox("Kernel profile", list(profiles), format_func=profiles.get, persist_state="session",
+                     key=state.seeded("profile"), help="A stored `bench --profile` run: first in precedence. 'none' when the "
+                                         "store holds none.")
+
+
 def inputs():
     """The deployment, workload, objectives and estimate settings (widgets only); returns the
     measured link's bandwidth when the user chose to use one (this session only), else None."""
     with st.expander("Deployment, workload and objectives", expanded=not present):
         c1, c2, c3, c4 = st.columns(4)
         c1.number_input("GPUs in the deployment", 1, 4096, step=1, persist_state="session", key=state.seeded("num_gpus"))
-        c2.number_input("GPUs a node", 1, 4096, step=1, persist_state="session", key=state.seeded("gpus_per_node"),
-                        help="Collectives within a node use the GPU's link (NVLink); across nodes, the network below.")
-        c3.number_input("Network per GPU across nodes, Gb/s", 0.001, 1e7, step=100.0, persist_state="session",
-                        key=state.seeded("internode_gbps"))
-        c4.selectbox("Weights dtype", ["auto", *WEIGHT_DTYPES], persist_state="session", key=state.seeded("weights_dtype"),
-                     help="auto: fp8 for fp8-quantized configs, else torch_dtype.")
-        c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Input tokens a request", 1, 10**7, step=512, persist_state="session", key=state.seeded("input_len"))
-        c2.number_input("Output tokens a request", 1, 10**7, step=128, persist_state="session", key=state.seeded("output_len"))
-        c3.number_input("Prefix-cache hit rate", 0.0, 0.99, step=0.05, persist_state="session", key=state.seeded("prefix_hit"),
-                        help="Share of input tokens already cached: prefill computes only the rest.")
-        c4.number_input("GPU memory utilization", 0.01, 1.0, step=0.01, persist_state="session",
-                        key=state.seeded("gpu_memory_utilization"),
-                        help="vLLM's gpu_memory_utilization (SGLang's mem_fraction_static).")
-        c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Speculative tokens a step (k)", 0, 16, step=1, persist_state="session", key=state.seeded("spec_tokens"),
-                        help="MTP / EAGLE: a step verifies k + 1 tokens a sequence.")
-        c2.number_input("Acceptance rate (a)", 0.0, 0.99, step=0.05, persist_state="session", key=state.seeded("acceptance"),
-                        help="Each speculative token's chance to be accepted: (1 - a^(k+1)) / (1 - a) tokens a step.")
-        c3.number_input("TTFT objective, ms (0: none)", 0.0, 1e9, step=100.0, persist_state="session", key=state.seeded("ttft_ms"))
-        c4.number_input("TPOT objective, ms (0: none)", 0.0, 1e9, step=5.0, persist_state="session", key=state.seeded("tpot_ms"))
-        c1, c2, c3, c4 = st.columns(4)
-        c1.selectbox("Engine", ENGINES, format_func=lambda e: engine_rules(e).label, persist_state="session",
+        c2.number_input("Input tokens a request", 1, 10**7, step=512, persist_state="session", key=state.seeded("input_len"))
+        c3.number_input("Output tokens a request", 1, 10**7, step=128, persist_state="session", key=state.seeded("output_len"))
+        c4.selectbox("Engine", ENGINES, format_func=lambda e: engine_rules(e).label, persist_state="session",
                      key=state.seeded("engine"), help="The engine whose kernel tables, step overheads and CUDA-graph rules the "
                                         "estimate follows, and whose launch command comes first.")
-        c2.selectbox("Kernel tables", TABLE_SOURCES, format_func=TABLE_LABELS.get, persist_state="session",
-                     key=state.seeded("kernel_tables"), help="Where each op's time comes from, by precedence: your own profile "
-                                               "(`python -m mla_core bench --profile`), aiconfigurator-core's "
-                                               "measured tables (pip install '.[aic]'), else uncalibrated.")
-        profiles = _profiles()
-        c3.selectbox("Kernel profile", list(profiles), format_func=profiles.get, persist_state="session",
-                     key=state.seeded("profile"), help="A stored `bench --profile` run: first in precedence. 'none' when the "
-                                         "store holds none.")
-        c4.number_input("Pipeline stages, PP (0: every split searched)", 0, 64, step=1, persist_state="session",
-                        key=state.seeded("pp"), help="vLLM --pipeline-parallel-size / SGLang --pp-size: the layers split over PP "
-                                       "stages of num_gpus / PP GPUs each (TP within a stage).")
-        st.number_input("Your price of one GPU hour, $ (0: none; no price is built in)", 0.0, 1e6, step=0.1,
+        c1, c2, c3, _ = st.columns(4)
+        c1.number_input("TTFT objective, ms (0: none)", 0.0, 1e9, step=100.0, persist_state="session", key=state.seeded("ttft_ms"))
+        c2.number_input("TPOT objective, ms (0: none)", 0.0, 1e9, step=5.0, persist_state="session", key=state.seeded("tpot_ms"))
+        c3.number_input("Your price of one GPU hour, $ (0: none; no price is built in)", 0.0, 1e6, step=0.1,
                         persist_state="session", key=state.seeded("usd_per_gpu_hour"))
+    more_settings()
     # A collectives run picked on the Benchmark page replaces the datasheet link figures (this session only).
     measured_link = st.session_state.get(LINK_KEY)
     if measured_link and st.toggle(

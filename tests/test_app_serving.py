@@ -13,6 +13,8 @@ from mla_core.views import (NOT_SERVED, command_lines, disagg_view, serving_brea
                             serving_headline, serving_split_rows, traffic_view)
 
 PAGE = "pages/serving.py"
+MORE_LABEL = ("More settings: GPUs a node and the network, weights dtype, prefix cache, memory utilization, "
+              "speculative decoding, kernel tables and profile, pipeline stages")
 LINK = dict(model="deepseek-v3", gpu="h200", num_gpus="16", gpus_per_node="8", input_len="4096",
             output_len="1024", ttft_ms="2000", tpot_ms="50", usd_per_gpu_hour="3")
 
@@ -82,6 +84,10 @@ def test_page_shows_the_cores_best_point_and_commands():
 
 def test_workload_inputs_change_the_plan():
     at = run_page(PAGE, **LINK)
+    assert at.expander[1].label == MORE_LABEL and at.session_state["_serving_more"] is False  # shut at first
+    with pytest.raises(KeyError):
+        at.number_input(key="spec_tokens")  # not drawn while its section is shut
+    at.session_state["_serving_more"] = True  # the user opens "More settings"
     at.number_input(key="output_len").set_value(128).run()
     at.number_input(key="spec_tokens").set_value(1).run()
     at.number_input(key="acceptance").set_value(0.8).run()
@@ -91,6 +97,17 @@ def test_workload_inputs_change_the_plan():
                   usd_per_gpu_hour=3.0)
     assert metric(at, "TPOT, estimate") == format_seconds(plan.best.estimate.tpot_s)
     assert "--speculative-config" in " ".join(c.value for c in at.code)
+    at.session_state["_serving_more"] = False  # shut again: its values still hold, in the plan and the link
+    at.run()
+    no_exceptions(at)
+    assert metric(at, "TPOT, estimate") == format_seconds(plan.best.estimate.tpot_s)
+    assert at.query_params.get("spec_tokens") in ("1", ["1"])
+
+
+def test_a_link_that_sets_a_more_setting_opens_its_section():
+    at = run_page(PAGE, **dict(LINK, pp="2"))
+    no_exceptions(at)
+    assert at.session_state["_serving_more"] is True and at.number_input(key="pp").value == 2
 
 
 def test_a_model_that_cannot_be_served_says_so():
@@ -189,6 +206,8 @@ def test_pp_pins_the_pipeline_stages_and_the_table_shows_them():
 def test_a_profile_from_the_store_is_listed_and_a_missing_one_falls_back(tmp_path, monkeypatch):
     monkeypatch.setenv("MLA_EXPLORER_HISTORY", str(tmp_path / "history.sqlite3"))
     at = run_page(PAGE, **LINK)
+    at.session_state["_serving_more"] = True  # the section that holds it, opened
+    at.run()
     assert at.selectbox(key="profile").options == ["none"]  # an empty store: none
     from test_store import META, make_profile
     from mla_core.store import profiles
