@@ -80,6 +80,20 @@ def test_the_figure_builder_follows_plotlys_update_rules():
     assert ours["data"][0]["marker"] == {"color": "#000"} and "name" not in ours["data"][0]
 
 
+def test_a_log_axis_labels_its_minor_ticks_in_full_or_not_at_all():
+    """Never a bare digit ("2" for 20): over two decades or more only the powers of ten are
+    labelled (fewer labels to lay out on every redraw); a narrower span labels its 2s and 5s in full."""
+    def axes(ys):
+        fig = charts.plot.Figure()
+        fig.add_trace(charts.plot.Scatter(x=[1, 2, 3], y=ys))
+        charts.style(fig, title="t", x_title="x", y_title="y", log_x=True, log_y=True)
+        return fig.layout["xaxis"]["minorloglabels"], fig.layout["yaxis"]["minorloglabels"]
+
+    assert axes([1.0, 50.0, 99.0]) == ("complete", "complete")  # x: 3 / 1, y: 99 / 1, both under 100
+    assert axes([1.0, 50.0, 100.0]) == ("complete", "none")  # y spans two decades
+    assert charts.WIDE_LOG_DECADES == 2.0
+
+
 def test_the_server_socket_sends_without_nagle_delay():
     from ui import serve
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 import types
 
@@ -212,6 +213,16 @@ def _base_layout(present: bool) -> dict:
     }
 
 
+WIDE_LOG_DECADES = 2.0  # style(): a log axis over this many decades of data labels its powers of ten only
+
+
+def _decades(fig: Figure, axis: str) -> float:
+    """Decades (log10 of max / min) the positive numbers of the traces' `axis` ("x" or "y") span; 0 when none."""
+    values = [x for t in fig.data for x in (t.get(axis) or ())
+              if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
+    return math.log10(max(values) / min(values)) if values else 0.0
+
+
 def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False,
           present: bool = False, height: int | None = None, x_tokens: tuple | None = None) -> Figure:
     """Titles with units, log axes where asked, larger type and height in presentation mode.
@@ -226,11 +237,14 @@ def style(fig: Figure, *, title: str, x_title: str, y_title: str, log_x: bool = 
         cut = y_title.rfind(" ", 0, len(y_title) // 2 + 6)
         if cut > 0:
             fig.update_layout(yaxis={"title": {"text": y_title[:cut] + "<br>" + y_title[cut + 1:]}})
-    # Log axes label their 2s and 5s in full ("20", "50"), never as bare digits ("2" for 20).
-    if log_x:
-        fig.update_xaxes(type="log", minorloglabels="complete")
-    if log_y:
-        fig.update_yaxes(type="log", minorloglabels="complete")
+    # Log axes never label a minor tick with a bare digit ("2" for 20): over a span of data of
+    # WIDE_LOG_DECADES or more only the powers of ten are labelled (Plotly's "none": each label is
+    # tens of SVG nodes laid out again on every redraw, a sixth of a chart's draw in the browser,
+    # benchmarks/browser.py), over a narrower one the 2s and 5s too, in full ("20", "50").
+    for axis, asked in (("x", log_x), ("y", log_y)):
+        if asked:
+            wide = _decades(fig, axis) >= WIDE_LOG_DECADES
+            getattr(fig, f"update_{axis}axes")(type="log", minorloglabels="none" if wide else "complete")
     if x_tokens:
         from mla_core.units import token_ticks
 
