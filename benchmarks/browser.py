@@ -4,7 +4,8 @@ Debian's chromium (Playwright, `executable_path`, the flags of tests/browser_uti
 explorer's KV, Capacity, Roofline and Serving plan pages (served as `make app` serves them:
 `python -m ui.serve`) and, in another tab of the same browser, the trivial app
 (benchmarks/trivial_app.py: one slider, one number box, one metric, one Plotly chart) served the
-same way. Every slider and number box a page shows (the sidebar's included) is used as a user
+same way. Every slider and number box a page shows (the sidebar's included; the Serving plan's
+"More settings", drawn only while open, opened in a tab of its own) is used as a user
 uses it: a slider's thumb dragged and let go (timed from the mouse-up), a number typed into a
 box and Enter pressed (timed from the Enter). The time stops at the frame after the last change
 to the page that the rerun causes: the last message from the server and the last DOM mutation
@@ -42,7 +43,11 @@ from browser_util import CHROMIUM, LAUNCH_ARGS, free_port  # noqa: E402
 
 import served  # noqa: E402
 
-PAGES = {"kv_cache": "/", "capacity": "/concurrency", "roofline": "/decode-roofline", "serving_plan": "/serving-plan"}
+PAGES = {"kv_cache": "/", "capacity": "/concurrency", "roofline": "/decode-roofline", "serving_plan": "/serving-plan",
+         "serving_plan_more": "/serving-plan"}
+# Controls in a section drawn only while open (ui.layout.lazy_expander), shut when the page opens: the
+# section is opened as a user opens it, and its controls are timed in a tab of their own.
+OPENED = {"serving_plan_more": "More settings: "}
 QUERY = "model=deepseek-v3"
 VIEWPORT = {"width": 1440, "height": 900}
 P50_GOAL, P95_GOAL = 2.5, 4.0
@@ -224,11 +229,18 @@ def measure(control: Control) -> None:
         control.changed[k] += before[k] != after[k]
 
 
-def discover(page) -> list[Control]:
-    """Every visible slider and number box of the page, in the order drawn (the sidebar's first)."""
+def discover(page, within: str | None = None) -> list[Control]:
+    """Every visible slider and number box of the page, in the order drawn (the sidebar's first);
+    `within`: only those of the expander whose label starts so, opened first."""
     found, seen = [], {}
+    root = page
+    if within:
+        root = page.locator('[data-testid="stExpander"]').filter(has=page.locator("summary", has_text=within)).first
+        root.locator("summary").click()
+        page.wait_for_timeout(300)
+        _settle(page)
     for kind, testid in (("slider", "stSlider"), ("number", "stNumberInput")):
-        for el in page.locator(f'[data-testid="{testid}"]').all():
+        for el in root.locator(f'[data-testid="{testid}"]').all():
             if not el.is_visible() or el.locator("input").first.is_disabled():
                 continue
             label = el.locator('[data-testid="stWidgetLabel"]').first.inner_text().strip()
@@ -291,7 +303,7 @@ def run(rounds: int = 12, pages: dict | None = None, tiny: bool = False) -> list
                 base = {c.kind: c for c in discover(tpage)}
                 tabs = {name: _open(launch(), f"http://127.0.0.1:{app_port}{path}?{QUERY}")
                         for name, path in pages.items()}
-                controls = {name: discover(pg) for name, pg in tabs.items()}
+                controls = {name: discover(pg, OPENED.get(name)) for name, pg in tabs.items()}
                 if tiny:
                     controls = {n: cs[:2] for n, cs in controls.items()}
                 print(f"controls: {', '.join(f'{n} {len(cs)}' for n, cs in controls.items())}", file=sys.stderr,
