@@ -126,7 +126,8 @@ def inputs():
         c2.number_input("TPOT objective, ms (0: none)", 0.0, 1e9, step=5.0, persist_state="session", key=state.seeded("tpot_ms"))
         c3.number_input("Your price of one GPU hour, $ (0: none; no price is built in)", 0.0, 1e6, step=0.1,
                         persist_state="session", key=state.seeded("usd_per_gpu_hour"))
-    more_settings()
+    if not present:  # a slide draws it below its chart (serving_page)
+        more_settings()
     # A collectives run picked on the Benchmark page replaces the datasheet link figures (this session only).
     measured_link = st.session_state.get(LINK_KEY)
     if measured_link and st.toggle(
@@ -522,12 +523,15 @@ def serving_page():
     plan_kw = search_kw(dep_kw)
     plan = plan_for(model, gpu, plan_kw)
     if plan is None:
+        if present:
+            more_settings()
         return
     headline(model, plan)
     if not present:
         breakdown(plan)
     frontier(model, plan)
     if present:
+        more_settings()
         return
     splits(plan)
     launch(plan)
