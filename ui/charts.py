@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import numbers
 import os
 import types
 
@@ -218,8 +219,8 @@ WIDE_LOG_DECADES = 2.0  # style(): a log axis over this many decades of data lab
 
 def _decades(fig: Figure, axis: str) -> float:
     """Decades (log10 of max / min) the positive numbers of the traces' `axis` ("x" or "y") span; 0 when none."""
-    values = [x for t in fig.data for x in (t.get(axis) or ())
-              if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
+    values = [float(x) for t in fig.data if t.get(axis) is not None for x in t.get(axis)
+              if isinstance(x, numbers.Real) and not isinstance(x, bool) and x > 0]
     return math.log10(max(values) / min(values)) if values else 0.0
 
 
