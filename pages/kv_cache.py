@@ -196,7 +196,7 @@ def variants(model, kv_dtype):
         state.set_values(gqa_groups=k.gqa_groups)
     # Drawn while open: open at first on a desk when the link sets one of them (else closed,
     # so a slider move does not pay for five widgets nobody looks at).
-    changed = any(v[key] != params.PARAMS[key].default for key in COMPARISON_KEYS)
+    changed = state.any_set(v, COMPARISON_KEYS)
     box = layout.lazy_expander("Comparison settings: GQA groups, MLA d_c and d_r, block size, cache layout",
                                "_kv_comparison_open", expanded=changed and not present)
     if box.open:

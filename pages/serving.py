@@ -24,7 +24,7 @@ from mla_core.serving.tables import TABLE_SOURCES
 from mla_core.units import WEIGHT_DTYPES, format_bytes, format_count, format_seconds
 from mla_core.views import (NOT_SERVED, TRAFFIC_MAX_PROMPTS, TRAFFIC_MODES, TRAFFIC_RATES, command_lines,
                             serving_breakdown, serving_frontier, serving_headline, serving_split_rows)
-from ui import charts, layout, memo, models, params, state
+from ui import charts, layout, memo, models, state
 from ui.collectives import LINK_KEY
 from ui.metrics import Metric, metric_row
 from ui.text import csv_text, escape_md, frame
@@ -74,8 +74,7 @@ MORE_LABEL = ("More settings: GPUs a node and the network, weights dtype, prefix
 
 def more_settings():
     """The inputs of MORE_KEYS (widgets only), drawn while their section is open."""
-    changed = any(v[k] != params.PARAMS[k].default for k in MORE_KEYS)
-    box = layout.lazy_expander(MORE_LABEL, "_serving_more", expanded=changed and not present)
+    box = layout.lazy_expander(MORE_LABEL, "_serving_more", expanded=state.any_set(v, MORE_KEYS) and not present)
     if not box.open:
         return
     with box:
@@ -522,16 +521,14 @@ def serving_page():
     dep_kw = deployment_kw(kv_dtype, link_Bps)
     plan_kw = search_kw(dep_kw)
     plan = plan_for(model, gpu, plan_kw)
-    if plan is None:
-        if present:
-            more_settings()
-        return
-    headline(model, plan)
-    if not present:
-        breakdown(plan)
-    frontier(model, plan)
-    if present:
+    if plan is not None:
+        headline(model, plan)
+        if not present:
+            breakdown(plan)
+        frontier(model, plan)
+    if present:  # a slide: the rarely changed inputs below its chart
         more_settings()
+    if plan is None or present:
         return
     splits(plan)
     launch(plan)

@@ -109,6 +109,12 @@ def values() -> dict:
     return dict(out)
 
 
+def any_set(v: dict, keys) -> bool:
+    """True when `v` (from `values()`) holds a value other than its default for one of `keys`:
+    a section drawn only while open (ui.layout.lazy_expander) opens at first for such a link."""
+    return any(v[k] != params.PARAMS[k].default for k in keys)
+
+
 def _forget_values() -> None:
     ctx = _run_ctx()
     if ctx is not None:
