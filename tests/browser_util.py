@@ -74,3 +74,24 @@ def settle(page, timeout_s: float = 60) -> str:
         last = text
         time.sleep(0.5)
     return last or ""
+
+
+def first_chart(page, timeout_s: float = 90) -> None:
+    """Scroll to the page's first chart, as a reader does, and wait until it is drawn (ui.charts
+    draws a chart only when it comes near the window)."""
+    page.wait_for_selector("div.mla-chart", state="attached", timeout=timeout_s * 1000)
+    page.locator("div.mla-chart").first.scroll_into_view_if_needed()
+    page.wait_for_selector(".js-plotly-plot", timeout=timeout_s * 1000)
+
+
+def every_chart(page, timeout_s: float = 90) -> int:
+    """Scroll to each chart on the page in turn, wait until each is drawn, and scroll back to the
+    top; returns how many there are."""
+    page.wait_for_selector("div.mla-chart", state="attached", timeout=timeout_s * 1000)
+    charts = page.locator("div.mla-chart")
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        chart.scroll_into_view_if_needed()
+        chart.and_(page.locator(".js-plotly-plot")).wait_for(timeout=timeout_s * 1000)
+    page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
+    return charts.count()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from browser_util import CHROMIUM, LAUNCH_ARGS, app_server, settle as _settle
+from browser_util import CHROMIUM, LAUNCH_ARGS, app_server, every_chart, first_chart, settle as _settle
 from mla_core.kv import kv_report
 from mla_core.presets import load_model
 from mla_core.units import format_bytes, format_tokens
@@ -58,6 +58,7 @@ def _shoot(page, path):
     height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
     width = page.viewport_size["width"]
     page.set_viewport_size({"width": width, "height": max(900, min(int(height) + 40, 6000))})
+    every_chart(page)  # each drawn (a chart is drawn when it comes near the window)
     time.sleep(1.5)  # let Plotly re-layout
     page.screenshot(path=path, full_page=True)
 
@@ -81,7 +82,7 @@ def test_page_in_a_real_browser(server, browser, shots, path, name, texts):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server}/{path}?{LINK}", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)  # a chart is drawn (a slow machine gets time)
+    first_chart(page)  # a chart is drawn (a slow machine gets time)
     text = _settle(page)
     _shoot(page, os.path.join(shots, f"{name}.png"))
     assert page.locator('[data-testid="stException"]').count() == 0, text[:2000]
@@ -166,7 +167,7 @@ def _slider(page, label: str):
 def test_dragging_sliders_moves_the_numbers_to_the_cores(server, browser, shots):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(f"{server}/?model=deepseek-v3&kv_dtype=bf16", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    first_chart(page)
     _settle(page)
     model = load_model("deepseek-v3")
     assert _metric_text(page, "KV bytes per token") == format_bytes(70272)
@@ -244,8 +245,9 @@ def test_chart_titles_legends_and_axis_titles_do_not_overlap(server, browser, pa
                               (False, {"width": 420, "height": 900})):
         page = browser.new_page(viewport=viewport)
         page.goto(f"{server}/{path}?{LINK}" + ("&present=1" if present else ""), wait_until="domcontentloaded")
-        page.wait_for_selector(".js-plotly-plot", timeout=90000)
+        first_chart(page)
         _settle(page)
+        assert every_chart(page) >= 1
         time.sleep(1)
         assert page.evaluate(CHART_OVERLAPS) == [], (name, present, viewport["width"])
         if not present and viewport["width"] == 1440:
@@ -300,7 +302,7 @@ def test_reference_marks_are_drawn_in_the_pages_ink(server, browser, scheme):
     ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme=scheme)
     page = ctx.new_page()
     page.goto(f"{server}/concurrency?{LINK}", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    first_chart(page)
     _settle(page)
     time.sleep(1)
     text, drawn = page.evaluate("""() => [getComputedStyle(document.querySelector('[data-testid="stMain"]')).color,
@@ -318,7 +320,7 @@ def test_a_chart_goes_full_screen_from_its_modebar_and_back(server, browser):
     leaving full screen gives it back the figure's own height and the column's width."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     page.goto(f"{server}/?{LINK}", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    first_chart(page)
     _settle(page)
     time.sleep(1)
     plot = page.locator(".js-plotly-plot").first
@@ -377,7 +379,7 @@ def test_the_png_download_is_the_chart_at_twice_its_size(server, browser, tmp_pa
 
     page = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
     page.goto(f"{server}/serving-plan?{LINK}", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    first_chart(page)
     _settle(page)
     plot = page.locator(".js-plotly-plot").filter(has_text="steps by op class").first
     plot.scroll_into_view_if_needed()
@@ -422,7 +424,7 @@ def test_the_serving_plans_csv_is_built_on_click_and_holds_every_point(server, b
     page = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
     page.goto(f"{server}/serving-plan?model=deepseek-v3&gpu=h200&num_gpus=16&gpus_per_node=8&input_len=4096"
               "&output_len=1024&ttft_ms=2000&tpot_ms=50&usd_per_gpu_hour=3", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    first_chart(page)
     _settle(page)
     with page.expect_download(timeout=60000) as d:
         page.get_by_text("Download every point (CSV)").click()
@@ -449,12 +451,13 @@ def test_a_changed_chart_is_redrawn_in_place_once_in_the_themes_colours(server, 
     element (no new element, one Plotly draw, where st.plotly_chart 1.67 makes a new plot and
     draws it twice), the drawn trace holds the core's new figure, and a chart nothing changed is
     not drawn again. Text follows the app's theme: light on the dark scheme."""
-    ctx = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme="dark")
+    # a window tall enough to hold the KV chart and the what-if sliders (a chart is drawn only near the window)
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1700}, color_scheme="dark")
     page = ctx.new_page()
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server}/?model=deepseek-v3&kv_dtype=bf16&context=131072", wait_until="domcontentloaded")
-    page.wait_for_selector(".js-plotly-plot", timeout=90000)
+    first_chart(page)
     _settle(page)
     time.sleep(1)
     page.evaluate(WATCH_PLOTS)
@@ -508,3 +511,50 @@ def test_a_changed_chart_is_redrawn_in_place_once_in_the_themes_colours(server, 
     assert not errors, errors
     assert page.evaluate("() => window.__plots.every(p => !p.isConnected && !p._fullLayout)")
     ctx.close()
+
+
+# A chart's place in the page (its top, scrolled or not) and whether Plotly has drawn it.
+CHART_STATE = """(c) => ({drawn: c.classList.contains('js-plotly-plot'), height: c.offsetHeight,
+    top: c.getBoundingClientRect().top + document.querySelector('[data-testid="stMain"]').scrollTop,
+    dots: c.data ? c.data.filter(d => d.mode === 'markers').flatMap(d => d.x) : null})"""
+BELOW_TOP = """(e) => e.getBoundingClientRect().top + document.querySelector('[data-testid="stMain"]').scrollTop"""
+
+
+def test_a_chart_below_the_window_waits_and_is_drawn_with_the_newest_figure_when_scrolled_to(server, browser):
+    """ui.charts draws a chart only when it comes within IN_VIEW_MARGIN of the window: Capacity's
+    requests-against-context chart, below the fold at 1440x900, is not drawn at load nor on a rerun
+    that changes it (the sidebar's context, 128K -> 256K); scrolled to, it is drawn with that rerun's
+    figure (its dots at 262,144 tokens), in the room kept for it (the caption below it does not move)."""
+    from ui.charts import IN_VIEW_MARGIN
+
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/concurrency?{LINK}", wait_until="domcontentloaded")
+    page.wait_for_selector(".js-plotly-plot", timeout=90000)  # the memory chart, in view: drawn (not scrolled)
+    _settle(page)
+    chart = page.locator("div.mla-chart").nth(1)
+    caption = page.get_by_text("Dots: the chosen context")
+    margin = int(IN_VIEW_MARGIN.split("px")[0])
+    at_load = chart.evaluate(CHART_STATE)
+    assert at_load["top"] > 900 + margin and not at_load["drawn"], at_load
+    assert at_load["height"] == 460, at_load  # the figure's height, kept while it waits
+
+    page.locator('[data-testid="stSidebar"] [data-testid="stSlider"]').first.locator('input[type="range"]').focus()
+    page.keyboard.press("ArrowRight")
+    _settle(page)
+    assert "context=262144" in page.url
+    assert "requests of 256K tokens" in page.locator("div.mla-chart").nth(0).inner_text()  # the one in view: drawn
+    waiting = chart.evaluate(CHART_STATE)
+    assert not waiting["drawn"] and waiting["height"] == 460, waiting
+    caption_top = caption.evaluate(BELOW_TOP)
+
+    chart.scroll_into_view_if_needed()
+    chart.and_(page.locator(".js-plotly-plot")).wait_for(timeout=30000)
+    time.sleep(0.5)
+    drawn = chart.evaluate(CHART_STATE)
+    assert drawn["dots"] and set(drawn["dots"]) == {262144}, drawn  # the rerun's figure, not the load's
+    assert drawn["height"] == 460 and drawn["top"] == waiting["top"], (drawn, waiting)
+    assert caption.evaluate(BELOW_TOP) == caption_top
+    assert not errors, errors
+    page.close()

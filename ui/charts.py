@@ -291,6 +291,7 @@ def legend_below(fig: Figure, entries: int | None = None, *, present: bool = Fal
 # computes it; the series keep the colours this module gives them, INK takes the text's. The
 # modebar has a full-screen button; on a phone's width (under 640 px) a long title is wrapped and
 # the legend given the rows it wraps into (tests/test_browser.py checks 420 px).
+IN_VIEW_MARGIN = "400px 0px"  # a chart this near the window is drawn (a CSS margin: above and below, sides)
 CHART_JS = r"""
 let loading = null;
 function plotly(src) {
@@ -435,6 +436,7 @@ export default function (component) {
       P.Plots.resize(el).then(() => (narrow && el.mlaLast ? draw(el, P) : null)).catch(() => {});
     });
     observer.observe(el);
+    watchView(el);
     el.addEventListener('fullscreenchange', () => {
       if (!window.Plotly || !el._fullLayout) return;
       const full = document.fullscreenElement === el;
@@ -443,9 +445,31 @@ export default function (component) {
     });
   }
   const stamp = data.figure + '|' + getComputedStyle(el).color;
-  if (el.mlaStamp === stamp) return;  // the figure already drawn (kept on the element, not in the DOM)
+  if (el.mlaStamp === stamp) return;  // the figure already drawn or waiting (kept on the element, not in the DOM)
   el.mlaStamp = stamp;
-  const fig = JSON.parse(data.figure);
+  el.mlaNext = {fig: JSON.parse(data.figure), data, stamp};
+  // the room the figure takes, kept while it waits: the page below a chart not yet drawn does not move
+  if (!el._fullLayout && el.mlaNext.fig.layout.height) el.style.minHeight = el.mlaNext.fig.layout.height + 'px';
+  if (el.mlaInView) render(el);  // else drawn when it comes within IN_VIEW_MARGIN of the window (the observer)
+}
+// A chart out of the window is not drawn on a rerun: the figure waits on the element, and is drawn when
+// the chart comes within IN_VIEW_MARGIN of the window (scrolled to, its expander opened, the sidebar
+// shut). A rerun then draws only the charts a user can see (a chart is a sixth to a third of a rerun's
+// work in the browser, benchmarks/browser.py).
+const IN_VIEW_MARGIN = '__IN_VIEW_MARGIN__';
+function watchView(el) {
+  // the window is the page's scrolling main area where there is one (Streamlit's stMain), so the margin holds
+  const root = el.closest('[data-testid="stMain"]');
+  const observer = new IntersectionObserver((entries) => {
+    if (!el.isConnected) { observer.disconnect(); return; }
+    el.mlaInView = entries[entries.length - 1].isIntersecting;
+    if (el.mlaInView && el.mlaNext) render(el);
+  }, {root, rootMargin: IN_VIEW_MARGIN});
+  observer.observe(el);
+}
+function render(el) {  // the figure that waits on the element, drawn
+  const {fig, data, stamp} = el.mlaNext;
+  el.mlaNext = null;
   plotly(data.src).then(P => {
     if (el.mlaStamp !== stamp) return;  // a newer figure came while plotly.js loaded
     const failed = el.querySelector(':scope > .mla-chart-error');
@@ -454,7 +478,7 @@ export default function (component) {
     el.mlaLast = {fig, config: Object.assign({}, data.config, {
       modeBarButtonsToRemove: [...(data.config.modeBarButtonsToRemove || []), 'toImage'],
       modeBarButtonsToAdd: [pngButton(el, data.config.toImageButtonOptions), fullScreen(el)]})};
-    return draw(el, P);
+    return draw(el, P).then(() => { el.style.minHeight = ''; });
   }).catch(err => {
     el.mlaStamp = null;  // drawn again on the next rerun
     const note = el.querySelector(':scope > .mla-chart-error') || el.insertBefore(document.createElement('p'), el.firstChild);
@@ -464,7 +488,7 @@ export default function (component) {
 }
 """
 CHART_JS = (CHART_JS.replace("__INK__", INK).replace("__LEGEND_BELOW_AXIS_PX__", str(LEGEND_BELOW_AXIS_PX))
-            .replace("__LEGEND_ROW_PX__", str(LEGEND_ROW_PX)))
+            .replace("__LEGEND_ROW_PX__", str(LEGEND_ROW_PX)).replace("__IN_VIEW_MARGIN__", IN_VIEW_MARGIN))
 # The series' colours when a trace names none (Plotly's colorway): this module's palette. Streamlit's
 # own "streamlit" template holds placeholder colours its chart element swaps in the browser.
 TEMPLATE = {"layout": {"colorway": SEQUENCE[1:] + SEQUENCE[:1]}}  # orange (MLA, objectives) last
