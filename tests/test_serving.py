@@ -783,3 +783,25 @@ def test_traffic_at_a_pipeline_split_says_it_is_not_modelled():
     d = run_json("plan", "--model", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--pp", "2",
                  "--input-len", "1024", "--output-len", "1024", "--rate", "2", "--num-prompts", "20")
     assert d["traffic"]["available"] is False and "pipeline stages" in d["traffic"]["reason"]
+
+
+def test_the_step_caches_keep_steps_across_memory_settings_and_never_their_caps():
+    """search's step caches key a split by search.timing_deployment (gpu_memory_utilization,
+    block_size and reserve_bytes at their defaults: only the cache's size reads them). A search
+    after another with other memory settings is the cold search of its own settings, point for
+    point (caps, batches, TTFT, estimates), and the settings do change the caps."""
+    from mla_core.serving.search import clear_caches, search
+
+    wl = Workload(4096, 1024)
+    settings = [dict(gpu_memory_utilization=0.9), dict(gpu_memory_utilization=0.8),
+                dict(gpu_memory_utilization=0.8, block_size=128, reserve_bytes=4 << 30)]
+    cold = []
+    for kw in settings:
+        clear_caches()
+        cold.append(search(V3, H200, num_gpus=16, gpus_per_node=8, workload=wl, ttft_ms=2000, tpot_ms=50, **kw))
+    clear_caches()
+    warm = [search(V3, H200, num_gpus=16, gpus_per_node=8, workload=wl, ttft_ms=2000, tpot_ms=50, **kw)
+            for kw in settings]
+    assert [p.to_dict() for p in warm] == [p.to_dict() for p in cold]
+    caps = [{s.split: s.max_batch for s in p.splits} for p in cold]
+    assert caps[0] != caps[1] != caps[2], caps  # each setting its own caps, not the first search's

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ..hardware import GPU
 from ..spec import ModelSpec
@@ -180,7 +180,10 @@ def _stage_prefill(model: ModelSpec, dep: Deployment, wl: Workload) -> tuple:
     return pre, times, per_request
 
 
-def _prepare(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | None = None) -> _Split:
+def _prepare(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | None = None,
+             prefill=None) -> _Split:
+    """A split's capacity (bound._group_capacity) and its prefill (`prefill`: _prefill_times or a
+    cache of it, called with the deployment as timing_deployment gives it)."""
     cap = _group_capacity(model, dep, wl.mean_context)
     reason = ""
     if not cap["weights_fit"]:
@@ -191,6 +194,25 @@ def _prepare(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | N
         cap_batch = 0
     else:
         cap_batch = cap["max_concurrent_requests"]
+    slow, ttft, serial, bound, input_rate, pf = (prefill or _prefill_times)(model, timing_deployment(dep), wl, est)
+    return _Split(dep, cap_batch, slow, ttft, serial, bound, input_rate, reason, pf)
+
+
+# The Deployment fields that size the cache alone (bound._group_capacity reads them; no step time
+# does), set to their defaults in the keys of the step caches below: a change of
+# gpu_memory_utilization moves only the batches at the new cap, and every other point's step is kept.
+_CACHE_ONLY = {f.name: f.default for f in fields(Deployment)
+               if f.name in ("gpu_memory_utilization", "block_size", "reserve_bytes")}
+
+
+def timing_deployment(dep: Deployment) -> Deployment:
+    """`dep` as the step times read it: the cache-sizing fields at their defaults."""
+    return replace(dep, **_CACHE_ONLY)
+
+
+def _prefill_times(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | None) -> tuple:
+    """(prefill work of the slowest stage, TTFT s, serial TTFT s, what binds, input tokens/s per
+    GPU, the prefill's StepEstimates) of one request on a split."""
     # One request passes every pipeline stage and the pp - 1 sends between them (docs/model.md,
     # "Deployments"); a stream of requests goes at the slowest stage's pace.
     per = [(_stage_prefill(st, dep, wl), n) for st, n in stages(model, dep)]
@@ -203,7 +225,7 @@ def _prepare(model: ModelSpec, dep: Deployment, wl: Workload, est: Estimator | N
     input_rate = wl.input_len / per_request / dep.group_gpus
     group = replace(dep, num_gpus=dep.group_gpus)
     pf = _prefill_estimate(model, group, wl, est, ttft) if est is not None else ()
-    return _Split(dep, cap_batch, slow[0], ttft, serial, slow[1][2], input_rate, reason, pf)
+    return slow[0], ttft, serial, slow[1][2], input_rate, pf
 
 
 def _group_step(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: int) -> tuple:
@@ -234,7 +256,9 @@ def _group_step(model: ModelSpec, dep: Deployment, wl: Workload, batch_group: in
 # so a sweep over deployment sizes reuses them (keyed by the group: num_gpus = tp). `evaluate` is
 # the scalar path and recomputes everything.
 _group_step_cached = functools.lru_cache(maxsize=1 << 16)(_group_step)
-_prepare_group_cached = functools.lru_cache(maxsize=1 << 12)(lambda model, dep, wl, est: _prepare(model, dep, wl, est))
+_prefill_times_cached = functools.lru_cache(maxsize=1 << 12)(_prefill_times)
+_prepare_group_cached = functools.lru_cache(maxsize=1 << 12)(
+    lambda model, dep, wl, est: _prepare(model, dep, wl, est, _prefill_times_cached))
 _decode_estimate_cached = functools.lru_cache(maxsize=1 << 16)(_decode_estimate)
 
 
@@ -243,6 +267,7 @@ def clear_caches() -> None:
     cold search; the tables' arrays, read from disk once, stay loaded)."""
     _group_step_cached.cache_clear()
     _prepare_group_cached.cache_clear()
+    _prefill_times_cached.cache_clear()
     _decode_estimate_cached.cache_clear()
     for f in (_attention_one_sequence, _model_params, _streamed_params, _moe_layers):
         f.cache_clear()
@@ -262,7 +287,7 @@ def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_h
     replicas = dep.replicas
     b_rep = -(-batch // replicas)
     if group is not None:
-        work, comm, times, pipe = _group_step_cached(model, group, wl, b_rep)
+        work, comm, times, pipe = _group_step_cached(model, timing_deployment(group), wl, b_rep)
     else:
         work, comm, times, pipe = _group_step(model, dep, wl, b_rep)
     t_mem, t_cmp, bound, step, serial = times
@@ -271,7 +296,7 @@ def _point(model: ModelSpec, sp: _Split, wl: Workload, batch: int, usd_per_gpu_h
         from .engines import engine_rules
         from .step import point_estimate
 
-        g = group if group is not None else replace(dep, num_gpus=dep.group_gpus)
+        g = timing_deployment(group if group is not None else replace(dep, num_gpus=dep.group_gpus))
         decode = (_decode_estimate_cached if group is not None else _decode_estimate)(model, g, wl, b_rep, est, step)
         estimate = point_estimate(decode, sp.prefill_estimate, dep, wl, batch, engine_rules(est.engine))
     tps = wl.tokens_per_step
@@ -621,7 +646,7 @@ def estimate_breakdown(model: ModelSpec, dep: Deployment, wl: Workload, point: P
 
     group = replace(dep, num_gpus=dep.group_gpus)
     b_rep = point.batch_per_replica
-    decode = _decode_estimate_cached(model, group, wl, b_rep, est, point.step_time_s)
+    decode = _decode_estimate_cached(model, timing_deployment(group), wl, b_rep, est, point.step_time_s)
     sp = _prepare_group_cached(model, group, wl, est)
     d = point.estimate.to_dict()
     d["bound"] = {"ttft_s": point.ttft_s, "tpot_s": point.tpot_s, "tokens_per_s_per_user": point.tokens_per_s_per_user,
