@@ -769,7 +769,8 @@ def capacity_variants_view(model: ModelSpec, view: CapacityView, *, gqa_groups: 
                                            tp=view.tp, dp_attention=view.dp_attention)
         series.append(Series(label, x, tuple(int(c) for c in n), kw["context"], r["max_concurrent_requests"],
                              r["is_model"]))
-    return CapacityVariants(tuple(rows), tuple(series), groups, same_as((s.label, s.y) for s in series))
+    return CapacityVariants(tuple(rows), tuple(series), groups, same_as(
+        ((s.label, s.y) for s in series), step=max((r["replicas"] for r in rows), default=1)))  # replicas * floor(...)
 
 
 @dataclass(frozen=True)
@@ -923,32 +924,35 @@ def _flat(values) -> list:
     return out
 
 
-def _close(a: list, b: list, rel_tol: float) -> bool | None:
-    """True: equal; False: within rel_tol at every value (None matches only None); None: apart."""
+def _close(a: list, b: list, rel_tol: float, step: float = 0) -> bool | None:
+    """True: equal; False: within rel_tol (plus `step`) at every value (None matches only None);
+    None: apart."""
     if len(a) != len(b):
         return None
     exact = True
     for x, y in zip(a, b):
         if x == y:
             continue
-        if x is None or y is None or abs(x - y) > rel_tol * max(abs(x), abs(y)):
+        if x is None or y is None or abs(x - y) > rel_tol * max(abs(x), abs(y)) + step:
             return None
         exact = False
     return exact
 
 
-def same_as(lines, rel_tol: float = SAME_AS_REL_TOL) -> dict[str, tuple[str, bool]]:
+def same_as(lines, rel_tol: float = SAME_AS_REL_TOL, *, step: float = 0) -> dict[str, tuple[str, bool]]:
     """{label: (the earlier label it coincides with, exactly)} for `lines` of (label, values):
     lines that would be drawn on top of each other (GQA-8 under MQA when TP 8 leaves each one KV
     head a GPU; two serving splits that reach the same points), so a legend can say so instead
     of hiding one. Values (numbers, None, or tuples of them) coincide when every pair is equal,
-    or within `rel_tol` of each other (exactly: False)."""
+    or within `rel_tol` of each other (exactly: False). `step`: the values are rounded down to
+    multiples of it (whole requests on `replicas` copies: replicas), so two floors of quantities within `rel_tol` may differ
+    by one step more (22 and 23 requests from KV budgets 0.2% apart)."""
     out: dict[str, tuple[str, bool]] = {}
     seen: list[tuple[str, list]] = []
     for label, values in lines:
         flat = _flat(values)
         for first, other in seen:
-            exact = _close(flat, other, rel_tol)
+            exact = _close(flat, other, rel_tol, step)
             if exact is not None:
                 out[label] = (first, exact)
                 break

@@ -12,6 +12,10 @@ def test_same_as_names_the_first_line_a_later_one_sits_on():
     assert legend_name("e", same) == "e"
     assert same_as([("x", (None, 5)), ("y", (None, 5)), ("z", (0, 5))]) == {"y": ("x", True)}  # None is not 0
     assert same_as([("p", ((1.0, 2.0), (3.0, 4.0))), ("q", ((1.0, 2.0), (3.0, 4.0)))]) == {"q": ("p", True)}
+    # whole counts: floors of values within 3% may be one step further apart, and no more
+    assert same_as([("f", (22, 100)), ("g", (23, 100))]) == {}
+    assert same_as([("f", (22, 100)), ("g", (23, 100))], step=1) == {"g": ("f", False)}
+    assert same_as([("f", (1, 100)), ("g", (3, 100))], step=1) == {}
 
 
 def test_a_command_goes_one_flag_a_line_and_pastes_as_the_same_words():
