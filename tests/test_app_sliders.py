@@ -175,3 +175,39 @@ def test_start_from_the_current_model_then_use_it_by_hand():
     no_exceptions(at)
     assert at.session_state["model"] == "custom"
     assert metric(at, "KV bytes per token") == format_bytes(70272)  # DeepSeek-V3's latent, rebuilt by hand
+
+
+def _re_set(at) -> list[str]:
+    """The widgets this run told the browser to set anew (proto set_value: the browser draws them
+    again instead of keeping them)."""
+    widgets = [*at.select_slider, *at.slider, *at.number_input, *at.selectbox, *at.toggle]
+    return [w.label for w in widgets if getattr(w.proto, "set_value", False)]
+
+
+@pytest.mark.parametrize("page", ["pages/kv_cache.py", "pages/capacity.py", "pages/roofline.py",
+                                  "pages/serving.py"])
+def test_a_rerun_sets_anew_only_the_widget_whose_value_it_changed(page):
+    at = run_page(page, model="deepseek-v3", gpu="h200")
+    at.run()
+    assert _re_set(at) == []  # nothing moved: every slider (what-if ones too) is kept as drawn
+    _slider(at, "_context_stop").set_value(262144).run()
+    no_exceptions(at)
+    assert _re_set(at) == ["Context, tokens per sequence"]  # the number box follows the slider
+    at.number_input(key="context").set_value(5000).run()
+    assert _re_set(at) == ["Context, on a log scale"] and _slider(at, "_context_stop").value == 4096
+    _slider(at, "_batch_stop").set_value(64).run()
+    assert _re_set(at) == ["Batch, sequences"] and at.number_input(key="batch").value == 64
+
+
+def test_sliders_new_to_a_page_start_from_the_state_not_their_first_option():
+    """Streamlit's widget ids differ by page: the what-if sliders of the Roofline page are new
+    widgets after the KV page, and must be set from the state (not left at 1 head, 1 layer)."""
+    at = app(model="deepseek-v3", gpu="h200", wi_layers="30", context="262144").run()
+    for page in (ROOF, KV, ROOF):
+        at.switch_page(page).run()
+        no_exceptions(at)
+        want = {"Query heads n_h": 128, "Layers": 30, "MLA latent d_c (kv_lora_rank)": 512,
+                "KV dtype (kv_cache_dtype)": "bf16", "Context, on a log scale": 262144}
+        assert {w.label: w.value for w in at.select_slider if w.label in want} == want, page
+        at.run()
+        assert _re_set(at) == [] and {w.label: w.value for w in at.select_slider if w.label in want} == want

@@ -42,11 +42,22 @@ def session_id() -> str | None:
     return ctx.session_id if ctx is not None else None
 
 
+RUN_NO = "_run_no"
+
+
 def note_rerun() -> None:
-    """Count this run for the benchmark's disturbance evidence (ui.bench_runs)."""
+    """Count this run (a page's or a section's alone) in the session state (`run_number`) and
+    for the benchmark's disturbance evidence (ui.bench_runs)."""
     from . import bench_runs
 
+    st.session_state[RUN_NO] = st.session_state.get(RUN_NO, 0) + 1
     bench_runs.registry().note_rerun(session_id())
+
+
+def run_number() -> int:
+    """This run's number in the session (1 for its first), for a section to tell whether it
+    was drawn in the run just before."""
+    return int(st.session_state.get(RUN_NO, 0))
 
 
 def init() -> None:

@@ -39,6 +39,33 @@ def reset() -> None:
     state.set_values(**{k: params.PARAMS[k].default for k in ALL_KEYS})
 
 
+def _seed(key: str, value, kept: bool = True) -> None:
+    """Put `value` in the slider `key` before it is drawn, only when it holds another or the
+    slider is new to the browser (`kept` False). Streamlit marks a widget whose key was assigned
+    in the run as changed (set_value, a one-shot effect), and the browser then draws it anew
+    instead of keeping it: ten sliders drawn anew on every rerun cost the Roofline page's context
+    slider ~35 ms in chromium (benchmarks/browser.py)."""
+    if not kept or key not in st.session_state or st.session_state[key] != value:
+        st.session_state[key] = value
+
+
+DRAWN = "_wi_drawn"  # (page, run number) of the last run that drew the what-if sliders
+
+
+def _kept() -> bool:
+    """Whether the what-if sliders the browser holds are this page's from the run just before.
+    Otherwise they are new widgets (Streamlit's widget ids differ by page, and a widget not drawn
+    in a run is dropped), which start from their first option unless their key is assigned."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    page = ctx.page_script_hash if ctx is not None else ""
+    n = state.run_number()
+    kept = st.session_state.get(DRAWN) == (page, n - 1)
+    st.session_state[DRAWN] = (page, n)
+    return kept
+
+
 def _moved(key: str, own) -> None:
     value = st.session_state.get("_" + key)
     state.set_values(**{key: params.PARAMS[key].default if value == own else value})
@@ -52,8 +79,8 @@ def panel_state(model: ModelSpec, v: dict) -> WhatIfPanel:
 
 def draw(model: ModelSpec, p: WhatIfPanel, v: dict, *, expanded: bool = True) -> None:
     """The sliders of `p` (from `panel_state`), a reset button and the refusal, if any."""
-    ss = st.session_state
     label = "What if: drag the architecture" + (f" ({len(p.changed)} changed)" if p.changed else "")
+    kept = _kept()
     with st.expander(label, expanded=expanded):
         cols = st.columns(4)
         for i, c in enumerate(p.controls):
@@ -62,10 +89,10 @@ def draw(model: ModelSpec, p: WhatIfPanel, v: dict, *, expanded: bool = True) ->
                 if not c.enabled:
                     st.caption(f"{c.label}: {c.note}.")
                     continue
-                ss["_" + key] = c.value
+                _seed("_" + key, c.value, kept)
                 st.select_slider(c.label, c.options, key="_" + key, on_change=_moved, args=(key, c.own),
                                  help=f"{c.field}; the model's own: {c.own:,}.")
-        ss["_" + DTYPE_KEY] = p.kv_dtype
+        _seed("_" + DTYPE_KEY, p.kv_dtype, kept)
         with cols[len(p.controls) % 4]:
             st.select_slider("KV dtype (kv_cache_dtype)", p.kv_dtypes, key="_" + DTYPE_KEY, on_change=_moved,
                              args=(DTYPE_KEY, p.own_kv_dtype), help="Widest first; the sidebar's choice until moved.")
@@ -85,9 +112,8 @@ def _from_slider(key: str, slider: str) -> None:
 def context_control() -> None:
     """The sidebar's context: a log-scale slider that snaps to CONTEXT_STOPS, the exact count
     beside it and a number box for any value (state key `context`)."""
-    ss = st.session_state
     context = int(state.values()["context"])
-    ss[CONTEXT_SLIDER] = nearest_stop(context, CONTEXT_STOPS)
+    _seed(CONTEXT_SLIDER, nearest_stop(context, CONTEXT_STOPS))
     st.select_slider("Context, on a log scale", CONTEXT_STOPS, key=CONTEXT_SLIDER,
                      on_change=_from_slider, args=("context", CONTEXT_SLIDER),
                      format_func=token_label,
@@ -102,9 +128,8 @@ def context_control() -> None:
 def batch_control() -> None:
     """The sidebar's batch: a log-scale slider over BATCH_STOPS and a number box for any count
     (state key `batch`)."""
-    ss = st.session_state
     batch = int(state.values()["batch"])
-    ss[BATCH_SLIDER] = nearest_stop(batch, BATCH_STOPS, "batch")
+    _seed(BATCH_SLIDER, nearest_stop(batch, BATCH_STOPS, "batch"))
     st.select_slider("Batch, on a log scale", BATCH_STOPS, key=BATCH_SLIDER, on_change=_from_slider,
                      args=("batch", BATCH_SLIDER), format_func=lambda b: f"{b:,}",
                      help="Each step doubles; type any count below.")
