@@ -61,6 +61,29 @@ def test_collective_roofline_is_the_bounds_wire_formula():
     assert op.roofline_s(hw) == pytest.approx(2 * 7 / 8 * (1 << 20) / 450e9)
 
 
+def test_an_ops_answer_is_kept_per_shape_and_hardware_and_scaled_by_its_own_calls():
+    """Op.time keeps the per-call answer by shape, table chain and hardware: another op at the same
+    shape gets it under its own name and calls; another GPU, or a collective over other links,
+    gets its own answer."""
+    from mla_core.serving.ops import _PER_CALL
+
+    _PER_CALL.clear()
+    chain = (UncalibratedTable(),)
+    a = Gemm("o_proj", 1, m=1, n=7168, k=7168, dtype="bf16").time(bind(chain, H200, DEP8))
+    b = Gemm("q_b_proj", 61, layer="dense", m=1, n=7168, k=7168, dtype="bf16").time(bind(chain, H200, DEP8))
+    assert len(_PER_CALL) == 1 and (b.name, b.layer, b.calls) == ("q_b_proj", "dense", 61)
+    assert b.per_call_s == a.per_call_s and b.time_s == pytest.approx(61 * a.time_s)
+    assert b.bytes == pytest.approx(61 * a.bytes) and b.roofline_s == pytest.approx(61 * a.roofline_s)
+    b200 = Deployment(gpu=load_gpu("b200"), num_gpus=8, tp=8)
+    c = Gemm("o_proj", 1, m=1, n=7168, k=7168, dtype="bf16").time(bind(chain, b200.gpu, b200))
+    assert c.roofline_s == pytest.approx(a.bytes / 8e12) and c.per_call_s < a.per_call_s  # B200: 8 TB/s
+    ar = Collective("TP all-reduce", 1, op="all_reduce", bytes=float(1 << 20), ranks=8)
+    nvlink = ar.time(bind(chain, H200, DEP8)).roofline_s
+    measured = ar.time(bind(chain, H200, Deployment(gpu=H200, num_gpus=8, tp=8, link_bandwidth_Bps=100e9))).roofline_s
+    assert nvlink == pytest.approx(2 * 7 / 8 * (1 << 20) / 450e9)
+    assert measured == pytest.approx(2 * 7 / 8 * (1 << 20) / 100e9)
+
+
 # --- interpolation -----------------------------------------------------------------------------------
 
 def test_log_space_interpolation_is_exact_on_a_power_law_and_marks_what_is_outside():

@@ -111,17 +111,34 @@ class Op:
 
     def time(self, tables) -> OpTime:
         """The op's time from `tables` (tables.KernelTables: the precedence chain and the
-        hardware), never below its roofline."""
-        work = self.work()
-        nbytes, flops = work
-        roof = self.roofline_s(tables.hw, work)
-        look = tables.lookup(self)
-        per, note = look.latency_s, look.note
-        if per < roof * (1 - 1e-9):
-            per = roof
-            note = "; ".join(filter(None, (note, "table faster than this GPU's roofline: the roofline used")))
-        return OpTime(self.name, self.op_class, self.layer, self.calls, per, per * self.calls, roof * self.calls,
-                      nbytes * self.calls, flops * self.calls, look.source, note, self.stream, look.measured)
+        hardware), never below its roofline. An op's answer per call depends only on its shape
+        (the fields compared), the chain and the hardware figures the roofline reads (for a
+        collective, the group's links: tables.Hardware.key), so it is kept in `_PER_CALL` under
+        those and only multiplied by `calls` here."""
+        hw = tables.hw
+        key = (self, tables.tables, hw.key(self.op_class == "collective"), hw.peak_flops(self.compute_dtype()))
+        try:
+            per, roof, nbytes, flops, source, note, measured = _PER_CALL[key]
+        except KeyError:
+            nbytes, flops = work = self.work()
+            roof = self.roofline_s(hw, work)
+            look = tables.lookup(self)
+            per, note = look.latency_s, look.note
+            if per < roof * (1 - 1e-9):
+                per = roof
+                note = "; ".join(filter(None, (note, "table faster than this GPU's roofline: the roofline used")))
+            if len(_PER_CALL) > 1 << 17:
+                _PER_CALL.clear()
+            source, measured = look.source, look.measured
+            _PER_CALL[key] = (per, roof, nbytes, flops, source, note, measured)
+        c = self.calls
+        return OpTime(self.name, self.op_class, self.layer, c, per, per * c, roof * c, nbytes * c, flops * c,
+                      source, note, self.stream, measured)
+
+
+# Op.time's answers per call: (op shape, table chain, hardware key, peak) -> (per-call s, roofline s,
+# bytes, flops, source, note, measured); forgotten by tables.clear_lookups
+_PER_CALL: dict = {}
 
 
 @dataclass(frozen=True)

@@ -381,8 +381,13 @@ def kernel_tables(gpu: GPU, backend: str, *, use: str = "auto", profile=None) ->
 
 
 def clear_lookups() -> None:
-    """Forget every aiconfigurator table's memoised answers (not the arrays read from disk)."""
+    """Forget every aiconfigurator table's memoised answers and the ops' (ops._PER_CALL), not
+    the arrays read from disk."""
     import sys
+
+    from . import ops
+
+    ops._PER_CALL.clear()
 
     aic = sys.modules.get(__package__ + ".aic")
     if aic is not None:
