@@ -945,8 +945,8 @@ def same_as(lines, rel_tol: float = SAME_AS_REL_TOL, *, step: float = 0) -> dict
     head a GPU; two serving splits that reach the same points), so a legend can say so instead
     of hiding one. Values (numbers, None, or tuples of them) coincide when every pair is equal,
     or within `rel_tol` of each other (exactly: False). `step`: the values are rounded down to
-    multiples of it (whole requests on `replicas` copies: replicas), so two floors of quantities within `rel_tol` may differ
-    by one step more (22 and 23 requests from KV budgets 0.2% apart)."""
+    multiples of it (whole requests on `replicas` copies: replicas), so floors of quantities
+    within `rel_tol` may differ by one step more (22 and 23 requests from KV budgets 0.2% apart)."""
     out: dict[str, tuple[str, bool]] = {}
     seen: list[tuple[str, list]] = []
     for label, values in lines:
