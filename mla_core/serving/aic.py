@@ -66,7 +66,6 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 WIDE_EP = 8  # SGLang expert parallelism over more GPUs than one node runs DeepEP (AicTable._wide_moe)
 MLA_DIMS = (576, 512)  # the MLA tables' (d_c + d_r, d_c): DeepSeek-V3
 MLA_PREFILL_DIMS = (192, 128)  # (d_nope + d_r, d_v)
-TABLES_MADE: list = []  # every AicTable built (tables.clear_lookups empties their memos)
 
 
 def aic_installed() -> bool:
@@ -163,8 +162,6 @@ class AicTable(KernelTable):
         self.nccl_version = str((spec.get("misc") or {}).get("nccl_version") or "")
         self.name = f"aiconfigurator-core {AIC_VERSION} {system}/{backend} {self.version}"
         self._grids: dict = {}
-        self._lookups: dict = {}
-        TABLES_MADE.append(self)
 
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.kind, "notes": [
@@ -233,16 +230,7 @@ class AicTable(KernelTable):
     # -- lookup --------------------------------------------------------------------------------
     def lookup(self, op, hw) -> Lookup | None:
         fn = getattr(self, "_" + op.op_class, None)
-        if fn is None:
-            return None
-        key = (op.op_class, op, hw.key(op.op_class == "collective"))
-        try:
-            return self._lookups[key]
-        except KeyError:
-            if len(self._lookups) > 1 << 17:
-                self._lookups.clear()
-            look = self._lookups[key] = fn(op, hw)
-            return look
+        return None if fn is None else fn(op, hw)  # kept per shape by ops.Op.time
 
     def _with(self, look: Lookup | None, note: str) -> Lookup | None:
         if look is None or not note:

@@ -79,7 +79,7 @@ class Op:
     the overlap group the engine may run beside another ('' = serial)."""
 
     # compare=False: two ops at the same shape are equal (and hash alike), whatever they are called,
-    # so a table memoises its answer per shape
+    # so Op.time keeps one answer per shape
     name: str = field(compare=False)
     calls: float = field(compare=False)
     layer: str = field(default="", compare=False)

@@ -381,18 +381,10 @@ def kernel_tables(gpu: GPU, backend: str, *, use: str = "auto", profile=None) ->
 
 
 def clear_lookups() -> None:
-    """Forget every aiconfigurator table's memoised answers and the ops' (ops._PER_CALL), not
-    the arrays read from disk."""
-    import sys
-
+    """Forget the ops' memoised answers (ops._PER_CALL), not the tables' arrays read from disk."""
     from . import ops
 
     ops._PER_CALL.clear()
-
-    aic = sys.modules.get(__package__ + ".aic")
-    if aic is not None:
-        for t in aic.TABLES_MADE:
-            t._lookups.clear()
 
 
 def bind(tables: tuple, gpu: GPU, dep) -> KernelTables:
