@@ -95,7 +95,8 @@ def headline(model, gpu):
         st.error(escape_md(str(e), 400))
         return None
     if not present:  # a slide shows them below its chart
-        messages(cv)
+        with layout.slot():
+            messages(cv)
     main, tp, dp, num_gpus = cv.main, cv.tp, cv.dp_attention, cv.num_gpus
     mode = mode_name(dp, tp)
     if present:  # one line on a slide
@@ -114,9 +115,10 @@ def headline(model, gpu):
                 "type the exact figure above). KV budget per GPU = floor(gpu_memory_utilization × memory) - weights "
                 "per GPU - reserve (vLLM's meaning). Whole requests = replicas × floor(budget / one request's "
                 "blocks); upper bounds: activations and fragmentation beyond the reserve are not counted.")
-    if cv.no_fit:
-        st.error(escape_md(cv.no_fit, 400) + " No KV cache fits: the counts below are 0. Add GPUs, raise tp, use "
-                 "DP-attention's expert split, or a smaller weights dtype.")
+    with layout.slot():
+        if cv.no_fit:
+            st.error(escape_md(cv.no_fit, 400) + " No KV cache fits: the counts below are 0. Add GPUs, raise tp, use "
+                     "DP-attention's expert split, or a smaller weights dtype.")
     metric_row([
         Metric(f"Whole requests of {format_tokens(T)}", _requests(main["max_concurrent_requests"]),
                help=f"In the deployment, at once: {main['replicas']} replica(s) × floor(KV budget per GPU / one "
@@ -130,8 +132,9 @@ def headline(model, gpu):
         Metric("Max tokens in the deployment", format_tokens(main["max_tokens_total"]),
                help=f"{main['max_tokens_total']:,} distinct tokens: {main['replicas']} replica(s) × tokens per GPU "
                     "(TP ranks of one replica hold the same tokens).")])
-    if cv.fp8_note and not present:  # a slide shows it below its chart
-        st.info(escape_md(cv.fp8_note, 400))
+    with layout.slot():
+        if cv.fp8_note and not present:  # a slide shows it below its chart
+            st.info(escape_md(cv.fp8_note, 400))
     return cv
 
 
@@ -229,7 +232,10 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
         return
     a = model.attention
     if not chart_only:
-        st.subheader(f"The same model costed {len(cvv.rows)} ways: MHA, GQA, MQA and MLA")
+        # The heading says the context, so the columns keep their names as it moves: a renamed column
+        # makes the browser's table rebuild itself (benchmarks/browser.py).
+        st.subheader(f"The same model costed {len(cvv.rows)} ways, requests of {format_tokens(T)}: MHA, GQA, MQA "
+                     "and MLA")
         if not present:
             st.caption(
                 "Each row is the whole model with that attention: its own projections set its weights and so its KV "
@@ -240,7 +246,7 @@ def variants(model, gpu, cv, *, chart_only: bool = False, table_only: bool = Fal
                 + (f"{v['block_size']} tokens for every row." if v["block_size"]
                    else "each row's default (64 MLA, 16 others).")
                 + " GQA groups: the KV page's setting (default: the model's own, else 8).")
-        req_col = f"whole requests of {format_tokens(T)}"
+        req_col = "whole requests"
         table = frame([{
             "variant": r["variant"] + (" (this model)" if r["is_model"] else ""),
             "KV dtype": r["kv_dtype"],
@@ -451,13 +457,14 @@ def _compare_results(model, gpu, cv, configs):
     for c, col in zip(every, st.columns(len(every))):
         with col:
             st.markdown(f"**{escape_md(_label(c))}**" if c.result else f"**Configuration {c.i}**")
-            for kind, text in c.messages:
-                (st.error if kind == "error" else st.warning)(escape_md(text, 400))
+            with layout.slot():
+                for kind, text in c.messages:
+                    (st.error if kind == "error" else st.warning)(escape_md(text, 400))
+                if c.no_fit and c.result is not None:
+                    st.error(escape_md(c.no_fit, 400))
             if c.result is None:
                 continue
             r, i = c.result, c.i
-            if c.no_fit:
-                st.error(escape_md(c.no_fit, 400))
             metric_row([
                     Metric(f"Config {i}: whole requests of {format_tokens(T)}", _requests(r["max_concurrent_requests"]),
                            help=f"{r['replicas']} replica(s); engine-style max concurrency {r['max_concurrency']:.2f}x"),
@@ -508,10 +515,12 @@ def capacity_page():
     cv = headline(model, gpu)
     if cv is None:
         return
-    configs = other_configurations(cv)
+    with layout.slot():  # a configuration the core refuses says so here
+        configs = other_configurations(cv)
     if present:  # the slide: title, key numbers, requests against context; the rest follows
         variants(model, gpu, cv, chart_only=True)
-        messages(cv)
+        with layout.slot():
+            messages(cv)
         deployment(model)
         details(model, gpu, cv)
         variants(model, gpu, cv, table_only=True)

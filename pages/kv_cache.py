@@ -142,14 +142,16 @@ def summary(model, kv_dtype, *, columns: int = 4, tag: str = "", only: tuple[int
     if present and deferred is not None:  # on a slide the warnings follow the chart
         deferred.extend(s.warnings)
     else:
-        for w in s.warnings:
-            text.warning(w)
+        with layout.slot():
+            for w in s.warnings:
+                text.warning(w)
     r = s.report
     st.caption(f"**{escape_md(s.model)}**: {s.kind.upper()}, {s.shape}; KV stored as {r['kv_dtype']}"
                + (f", {s.sliding_layers} sliding-window layers" if s.sliding_layers else ""))
     if not present:
-        for note in s.notes:
-            st.caption(f"Note: {escape_md(note, 200)}")
+        with layout.slot():
+            for note in s.notes:
+                st.caption(f"Note: {escape_md(note, 200)}")
     metrics = [
         ("KV bytes per token", r["kv_bytes_per_token"], "one new token, all layers, before any window cap"),
         ("Per token per layer", r["kv_bytes_per_token_per_layer"], "one token in one layer"),
@@ -190,8 +192,9 @@ def variants(model, kv_dtype):
     except MLAError as e:
         text.error(e)
         return
-    for w in k.warnings:
-        text.warning(w)
+    with layout.slot():
+        for w in k.warnings:
+            text.warning(w)
     if v["gqa_groups"] != k.gqa_groups:  # refused: the widget shows the default used
         state.set_values(gqa_groups=k.gqa_groups)
     # Drawn while open: open at first on a desk when the link sets one of them (else closed,
@@ -310,8 +313,9 @@ def model_numbers():
     if present:  # one slide: key numbers and the chart first, the controls below it
         s = summaries(model, kv_dtype, second, deferred)
         context_chart(model, kv_dtype, second)
-        for w in dict.fromkeys(deferred):
-            text.warning(w)
+        with layout.slot():
+            for w in dict.fromkeys(deferred):
+                text.warning(w)
         whatif.draw(base, wi, v, expanded=False)
         layers(model, s)
         variants(model, kv_dtype)
@@ -331,8 +335,10 @@ charts.page_title("KV cache", "MLA against MHA, GQA and MQA", models.resolve_mod
 if present:
     model_numbers()
     model_source()
-    model_messages()
+    with layout.slot():
+        model_messages()
 else:
     model_source()
-    model_messages()
+    with layout.slot():
+        model_messages()
     model_numbers()

@@ -149,9 +149,10 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets, profile=None):
     except MLAError as e:
         st.error(escape_md(str(e), 400))
         return None
-    if not present:  # a slide shows them below its chart
-        for w in rv.warnings:
-            _warn(w)
+    with layout.slot():
+        if not present:  # a slide shows them below its chart
+            for w in rv.warnings:
+                _warn(w)
     step = rv.step
     if not present:
         st.caption(f"**{escape_md(model.name)}** ({model.kind.upper()}) on **{escape_md(gpu_name)}**: "
@@ -184,12 +185,13 @@ def summary(model, gpu, gpu_name, kv_dtype, measured_sets, profile=None):
                                           extra]
     for row in rows:
         metric_row([Metric(label, value, help=help_text) for label, value, help_text in row])
-    if rv.batch_note:
-        st.info(escape_md(rv.batch_note, 400))
-    if not step["weights_fit_in_memory"]:
-        _warn(f"At TP {tp} one GPU would hold {format_bytes(step['weights_resident_bytes_per_gpu'])} of weights, "
-              f"more than its {format_bytes(gpu.memory_bytes)}: this step cannot run as set; raise TP (Roofline "
-              "settings) to see a deployment that fits.")
+    with layout.slot():
+        if rv.batch_note:
+            st.info(escape_md(rv.batch_note, 400))
+        if not step["weights_fit_in_memory"]:
+            _warn(f"At TP {tp} one GPU would hold {format_bytes(step['weights_resident_bytes_per_gpu'])} of weights, "
+                  f"more than its {format_bytes(gpu.memory_bytes)}: this step cannot run as set; raise TP (Roofline "
+                  "settings) to see a deployment that fits.")
     return rv
 
 
@@ -531,27 +533,32 @@ def roofline_page():
     base = models.current_model()
     wi = whatif.panel_state(base, v)
     model, kv_dtype = wi.model, wi.kv_dtype
-    g = gpu_choice()
+    with layout.slot():  # its note on a typed peak or the fallback GPU
+        g = gpu_choice()
     gpu, gpu_name = g.gpu, g.name
     if not present:
         settings(model, g)
         whatif.draw(base, wi, v)
         sample_picker()
-        profile = profile_picker(base)
+        with layout.slot():
+            profile = profile_picker(base)
     else:
         profile = roofline_profiles(base.name, int(st.session_state.get("roofline_profile") or 0))
-    measured_sets = _load_measured()
+    with layout.slot():  # what it skipped
+        measured_sets = _load_measured()
     rv = summary(model, gpu, gpu_name, kv_dtype, measured_sets, profile)
     if rv is None:
         return
     roofline_chart(rv, gpu, gpu_name, measured_sets, profile)
     if present:  # the slide is above; its warnings and controls follow
-        for w in rv.warnings:
-            _warn(w)
+        with layout.slot():
+            for w in rv.warnings:
+                _warn(w)
         settings(model, g)
         whatif.draw(base, wi, v, expanded=False)
         sample_picker()
-        profile_picker(base)
+        with layout.slot():
+            profile_picker(base)
     variants_table(rv, gpu)
     step_section(model, gpu, kv_dtype, rv)
     tp_section(model, gpu, kv_dtype, rv)

@@ -364,8 +364,9 @@ def launch(plan):
             st.code(command_lines(command), language="bash")
         else:
             st.info(f"{label} cannot express this setting (see the notes).")
-    for note in plan.notes:
-        st.caption(escape_md(note, 400))
+    with layout.slot():  # how many notes depends on the split
+        for note in plan.notes:
+            st.caption(escape_md(note, 400))
 
 
 def _ms(x) -> str:
@@ -514,13 +515,15 @@ def serving_page():
     v = state.values()
     model = models.current_model()
     kv_dtype, dtype_warning = models.kv_dtype_for(model, v["kv_dtype"])
-    if dtype_warning:
-        st.warning(escape_md(dtype_warning, 400))
+    with layout.slot():
+        if dtype_warning:
+            st.warning(escape_md(dtype_warning, 400))
     gpu = models.gpu_preset(v["gpu"])
     link_Bps = inputs()
     dep_kw = deployment_kw(kv_dtype, link_Bps)
     plan_kw = search_kw(dep_kw)
-    plan = plan_for(model, gpu, plan_kw)
+    with layout.slot():  # its note on the acceptance rate, or a GPU without a link figure
+        plan = plan_for(model, gpu, plan_kw)
     if plan is not None:
         headline(model, plan)
         if not present:

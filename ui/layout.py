@@ -1,5 +1,6 @@
-"""How a page is put together: sections that rerun on their own (`section`) and sections drawn
-only while the user has them open (`lazy_expander`).
+"""How a page is put together: sections that rerun on their own (`section`), sections drawn
+only while the user has them open (`lazy_expander`), and places for what a rerun may or may not
+draw (`slot`).
 
 Every element a page draws is a message the server builds and writes, and the browser lays out
 and paints, on every rerun that draws it: about 0.25 ms of server time a text or metric,
@@ -49,6 +50,18 @@ def section(fn):
                 state.sync_url()
 
     return st.fragment(run)
+
+
+def slot():
+    """A place for what a rerun may or may not draw (warnings, notes, an error): one element of its
+    block whether it holds some or none, so that what comes or goes does not move the elements
+    after it. Streamlit's browser matches a block's elements by position: a warning that appears
+    shifts every later element to a position that held another kind, and React mounts each anew
+    (a table's grid, an expander, every heading) instead of updating it. On the Capacity page the
+    sidebar's context slider, between 16K and 512K tokens (where DeepSeek-V3's
+    max_position_embeddings warning comes and goes), remounted 20 elements on every move
+    (benchmarks/browser.py). Use as `with layout.slot(): ...`; an empty slot takes no space."""
+    return st.container()
 
 
 def lazy_expander(label: str, key: str, *, expanded: bool = False):

@@ -19,7 +19,7 @@ from mla_core.units import TOKEN_RULE, format_tokens, token_label
 from mla_core.whatif import (BATCH_STOPS, CONTEXT_STOPS, WHAT_IF_FIELDS, WhatIfPanel, nearest_stop,
                             what_if_panel)
 
-from . import params, state
+from . import layout, params, state
 from .text import escape_md
 
 KEYS = {field: f"wi_{short}" for field, short, _, _ in WHAT_IF_FIELDS}
@@ -101,8 +101,9 @@ def draw(model: ModelSpec, p: WhatIfPanel, v: dict, *, expanded: bool = True) ->
                   help="Every slider back to the chosen model's value.")
         c2.caption("The sliders start from the chosen model and hold on the KV and Roofline pages; the rest of the "
                    "model (hidden size, MLP, experts, windows) is kept. The link carries what you moved.")
-    if p.error:
-        st.warning(escape_md(f"What-if not applied: {p.error}", 400))
+    with layout.slot():  # the refusal comes and goes as the sliders move
+        if p.error:
+            st.warning(escape_md(f"What-if not applied: {p.error}", 400))
 
 
 def _from_slider(key: str, slider: str) -> None:
