@@ -270,10 +270,15 @@ NUMBERS_OFF = """() => { const W = document.documentElement.clientWidth;
 TOOLTIPS_OFF = """async () => { const main = document.querySelector('[data-testid="stMain"]').getBoundingClientRect();
     const W = document.documentElement.clientWidth, off = []; let n = 0;
     for (const h of document.querySelectorAll('.mla-help')) {
+      // Measured once the focus's scroll has settled: a tooltip is judged where it stays, measured again
+      // after 300 ms when the first look finds it off (a loaded machine can still be scrolling).
+      const bad = () => { const t = h.querySelector('.mla-tip').getBoundingClientRect(), a = h.getBoundingClientRect();
+        return [t, t.width === 0 || t.left < main.left - 1 || t.right > Math.min(main.right, W) + 1 || t.top < -1 ||
+                   t.bottom > window.innerHeight + 1 || (t.top < a.bottom - 1 && t.bottom > a.top + 1)]; };
       h.focus(); await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
-      const t = h.querySelector('.mla-tip').getBoundingClientRect(), a = h.getBoundingClientRect(); n += 1;
-      if (t.width === 0 || t.left < main.left - 1 || t.right > Math.min(main.right, W) + 1 ||
-          t.top < -1 || t.bottom > window.innerHeight + 1 || (t.top < a.bottom - 1 && t.bottom > a.top + 1))
+      let [t, isOff] = bad(); n += 1;
+      if (isOff) { await new Promise(r => setTimeout(r, 300)); [t, isOff] = bad(); }
+      if (isOff)
         off.push([h.closest('.mla-metric').dataset.label, Math.round(t.left), Math.round(t.right), Math.round(main.left), W]); }
     return {n, off}; }"""
 
