@@ -291,7 +291,7 @@ def legend_below(fig: Figure, entries: int | None = None, *, present: bool = Fal
 # computes it; the series keep the colours this module gives them, INK takes the text's. The
 # modebar has a full-screen button; on a phone's width (under 640 px) a long title is wrapped and
 # the legend given the rows it wraps into (tests/test_browser.py checks 420 px).
-IN_VIEW_MARGIN = "400px 0px"  # a chart this near the window is drawn (a CSS margin: above and below, sides)
+IN_VIEW_MARGIN = "0px 0px"  # a chart this near the window is drawn (a CSS margin: above and below, sides)
 CHART_JS = r"""
 let loading = null;
 function plotly(src) {
@@ -437,6 +437,9 @@ export default function (component) {
     });
     observer.observe(el);
     watchView(el);
+    // plotly.js is loaded with the first chart of the page, in the window or not: a chart scrolled to
+    // later is drawn at once, without waiting for the library
+    plotly(data.src).catch(() => {});
     el.addEventListener('fullscreenchange', () => {
       if (!window.Plotly || !el._fullLayout) return;
       const full = document.fullscreenElement === el;
