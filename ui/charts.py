@@ -291,7 +291,11 @@ def legend_below(fig: Figure, entries: int | None = None, *, present: bool = Fal
 # computes it; the series keep the colours this module gives them, INK takes the text's. The
 # modebar has a full-screen button; on a phone's width (under 640 px) a long title is wrapped and
 # the legend given the rows it wraps into (tests/test_browser.py checks 420 px).
-IN_VIEW_MARGIN = "0px 0px"  # a chart this near the window is drawn (a CSS margin: above and below, sides)
+# A chart is drawn once the window shows any of it (a CSS margin: above and below, sides). At 400 px,
+# Capacity's and Roofline's first charts, 170-250 px below a 1440x900 window, were redrawn unseen
+# on every rerun; scrolled to after a rerun, a waiting chart is drawn in about 50 ms
+# (benchmarks/browser.py, scrolled_to: 51 ms p50, 97 ms p95 in browser_20261207c.json).
+IN_VIEW_MARGIN = "0px 0px"
 CHART_JS = r"""
 let loading = null;
 function plotly(src) {
