@@ -5,7 +5,7 @@ Run with `make app` (README). Every number on every page comes from mla_core; th
 import streamlit as st
 
 from mla_core.units import KV_DTYPES, TOKEN_RULE
-from ui import charts, layout, models, params, state, whatif
+from ui import charts, layout, metrics, models, params, state, whatif
 
 state.init()
 present = bool(state.values()["present"])
@@ -62,6 +62,7 @@ with st.sidebar:
     st.toggle("Presentation mode", persist_state="session", key=state.seeded("present"),
               help="Larger type and charts for a projector; page controls start collapsed.")
 
+metrics.stylesheet()  # the key numbers' CSS, once a rerun (ui.metrics)
 if present:
     charts.presentation_css()
 state.show_link_warnings()

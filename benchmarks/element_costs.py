@@ -15,7 +15,9 @@ the user waits for in chromium (benchmarks/browser.py's probe and slider drag): 
 numbers as st.metric in st.columns (a horizontal block, four columns and four metrics a row, nine
 nodes Streamlit's React tree re-renders on every rerun) against ten ui.metrics.metric_row elements
 (one node a row), each app beside the same slider, against the slider alone
-(`metric_row_gain_in_the_browser_ms`: what ui/metrics.py saves a row of four).
+(`metric_row_gain_in_the_browser_ms`: what ui/metrics.py saves a row of four); and ten rows each
+carrying its own copy of the rows' CSS, as they did before app.py drew it once a rerun
+(`metric_row_stylesheet_once_gain_ms`: a new <style> in the page at every changed row restyles it).
 
     .venv/bin/python benchmarks/element_costs.py [--tiny] [--browser] [--rounds N] [--out FILE]
 """
@@ -64,14 +66,18 @@ ROWS_IN_BROWSER = 10
 BROWSER_APP = '''import sys
 sys.path.insert(0, {root!r})
 import streamlit as st
-from ui.metrics import Metric, metric_row
+from ui.metrics import CSS, Metric, metric_row, metric_row_html, stylesheet
 
 x = st.slider("Scale", min_value=1, max_value=64, value=8, key="scale")
+stylesheet()  # as app.py draws it
 for i in range({n}):
     {body}
 '''
 BROWSER_KINDS = {"st_metric_in_columns": KINDS["st_metric_row_of_4_in_columns"][1],
-                 "metric_row": KINDS["ui_metrics_metric_row_of_4"][1]}
+                 "metric_row": KINDS["ui_metrics_metric_row_of_4"][1],
+                 # The rows as they were before the stylesheet was drawn once a rerun: each row its own copy.
+                 "metric_row_css_in_each_row": 'st.html(CSS + metric_row_html([Metric(f"metric {i}.{j}", f"{x * j:,} B", '
+                                               'help="exact bytes") for j in range(4)]))'}
 
 APP = '''import sys
 sys.path.insert(0, {root!r})
@@ -228,11 +234,16 @@ def run_browser(rounds: int = 12) -> list[dict]:
         out.append(result(f"browser_cost_of_a_row_of_4_{name}_ms", (p50[name] - p50["bare"]) / ROWS_IN_BROWSER,
                           "ms per row", rows=ROWS_IN_BROWSER, app_p50_ms=round(p50[name]), bare_p50_ms=round(p50["bare"]),
                           failures=controls[name].failures[:2]))
-    cols, ours = (p50[k] - p50["bare"] for k in BROWSER_KINDS)
+    cols, ours, each = (p50[k] - p50["bare"] for k in BROWSER_KINDS)
     out.append(result("metric_row_gain_in_the_browser_ms", (cols - ours) / ROWS_IN_BROWSER, "ms per row of 4",
                       ratio=round(cols / ours, 2) if ours > 0 else None,
                       what=f"{ROWS_IN_BROWSER} rows of four numbers, st.metric in st.columns against "
                            "ui.metrics.metric_row, a slider drag to the redrawn page in chromium"))
+    out.append(result("metric_row_stylesheet_once_gain_ms", (each - ours) / ROWS_IN_BROWSER, "ms per row of 4",
+                      ratio=round(each / ours, 2) if ours > 0 else None,
+                      what=f"{ROWS_IN_BROWSER} rows of four numbers, each row with its own copy of ui.metrics.CSS "
+                           "against the stylesheet drawn once (ui.metrics.stylesheet), a slider drag to the "
+                           "redrawn page in chromium"))
     return out
 
 

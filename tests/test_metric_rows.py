@@ -4,11 +4,11 @@ from html import escape
 
 import pytest
 
-from apptest_util import metrics, run_page
+from apptest_util import metrics, no_exceptions, run_page
 from mla_core.kv import kv_report
 from mla_core.presets import load_model
 from mla_core.units import format_bytes
-from ui.metrics import Metric, metric_row_html
+from ui.metrics import CSS, ROW_CLASS, Metric, metric_row_html
 
 HOSTILE = '<img src=x onerror="alert(1)"> & \'quoted\' <script>alert(2)</script>'
 
@@ -80,3 +80,23 @@ def test_the_kv_page_draws_the_cores_bytes_in_rows_with_exact_bytes_in_the_help(
     assert shown["Per sequence"].value == format_bytes(r["kv_cache_bytes_per_sequence"])
     # The four numbers are one element each row, not a metric each.
     assert not at.metric and sum("mla-metrics" in h.proto.body for h in at.get("html")) >= 1
+
+
+def test_the_rows_css_is_drawn_once_a_rerun_and_in_no_row():
+    """ui.metrics.stylesheet: app.py draws the rows' CSS once (style-only st.html, Streamlit's event
+    container), so a rerun that changes a row puts no new <style> in the page (benchmarks/browser.py)."""
+    at = run_page("pages/capacity.py", model="deepseek-v3", context="32768")
+    bodies = [h.proto.body for h in at.get("html")]
+    rows = [b for b in bodies if f'class="{ROW_CLASS}' in b]
+    assert len(rows) >= 4 and not any("<style" in b for b in rows)
+    assert bodies.count(CSS) == 1
+    # It sits in the event container: no room taken on the page, in the sidebar or the main area.
+    assert all(CSS not in h.proto.body for h in at.main.get("html")) and \
+        all(CSS not in h.proto.body for h in at.sidebar.get("html"))
+    # A rerun with other numbers (the sidebar's context) draws it once again, not once a row.
+    before = metrics(at)
+    next(n for n in at.number_input if n.label == "Context, tokens per sequence").set_value(131072).run()
+    no_exceptions(at)
+    bodies = [h.proto.body for h in at.get("html")]
+    assert metrics(at) != before and bodies.count(CSS) == 1
+    assert not any("<style" in b for b in bodies if f'class="{ROW_CLASS}' in b)

@@ -21,6 +21,12 @@ over the page); never under the sidebar or past the window's edges (tests/test_b
 420 and 900 px). A browser without it gets the tooltip below the "?",
 leftwards in a row's right half. Tests read the numbers back with tests/apptest_util.metrics (the
 data-* attributes of each number).
+
+The rows' stylesheet (CSS) is drawn once a rerun by app.py (`stylesheet`), not in each row: a row
+that carried it put a new <style> element in the page every time its numbers changed, and the
+browser restyled the whole page for each. Measured in chromium, one run on the 2-core machine of
+the README (`benchmarks/element_costs.py --browser`, `metric_row_stylesheet_once_gain_ms`), and on
+the pages in benchmarks/browser.py (README, Performance).
 """
 from __future__ import annotations
 
@@ -128,11 +134,19 @@ def metric_row_html(metrics: Sequence[Metric | None], widths: Sequence[float] | 
         cells.append(m.html(w, right_half) if m is not None
                      else f'<div class="mla-metric" style="flex: {w:g} 1 0"></div>')
         left += w
-    return CSS + f'<div class="{ROW_CLASS}{" mla-stack" if stack else ""}">' + "".join(cells) + "</div>"
+    return f'<div class="{ROW_CLASS}{" mla-stack" if stack else ""}">' + "".join(cells) + "</div>"
+
+
+def stylesheet() -> None:
+    """The rows' CSS, once a full rerun (app.py draws it before the page). Style-only st.html goes
+    to Streamlit's event container: it takes no room on the page, and the same body sent again
+    changes nothing in the browser. A fragment's rerun leaves it in place."""
+    st.html(CSS)
 
 
 def metric_row(metrics: Sequence[Metric | None], widths: Sequence[float] | None = None, *, stack: bool = False,
                container=None) -> None:
     """Draw one row of key numbers as one element (st.html) in `container` (default: where the
-    page is drawing). See metric_row_html for `widths` and `stack`."""
+    page is drawing), styled by `stylesheet` (drawn once a rerun by app.py). See metric_row_html
+    for `widths` and `stack`."""
     (container or st).html(metric_row_html(metrics, widths, stack))
