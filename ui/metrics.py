@@ -24,9 +24,11 @@ data-* attributes of each number).
 
 The rows' stylesheet (CSS) is drawn once a rerun by app.py (`stylesheet`), not in each row: a row
 that carried it put a new <style> element in the page every time its numbers changed, and the
-browser restyled the whole page for each. Measured in chromium, one run on the 2-core machine of
-the README (`benchmarks/element_costs.py --browser`, `metric_row_stylesheet_once_gain_ms`), and on
-the pages in benchmarks/browser.py (README, Performance).
+browser restyled the whole page for each. Measured in chromium on the 2-core machine of the
+README: 0.9 ms a row on element_costs' small page (`benchmarks/element_costs.py --browser`,
+`metric_row_stylesheet_once_gain_ms`), more on a full page (the cost grows with what is restyled):
+Capacity's context slider 168 -> 156 ms and the Serving plan's GPU count 144 -> 126 ms p50 in
+interleaved A/Bs (README, Performance).
 """
 from __future__ import annotations
 
